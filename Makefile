@@ -1,0 +1,39 @@
+# Every target sets itself up: a fresh clone needs only `make tutorial` or `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+OUT    ?= output
+
+.PHONY: setup models tutorial test lint lab bench clean
+
+$(STAMP): requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+setup: $(STAMP)  ## virtual environment with the pinned packages + helpers
+
+models: setup  ## fetch and convert the offline pocket pair into the cache (the only download of a model)
+	$(PY) -m helpers.models
+
+tutorial: models  ## execute every numbered notebook headless (papermill) into $(OUT)/
+	$(PY) -m helpers.tutorial --out $(OUT)
+
+test: models  ## unit tests + every notebook under nbval + ruff
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+lab: models  ## JupyterLab on the repository
+	$(VENV)/bin/jupyter lab --notebook-dir=.
+
+bench: models  ## speed benchmark (see README)
+	$(PY) -m helpers.bench --out $(OUT)/bench.json
+
+clean:
+	rm -rf $(OUT) .pytest_cache
