@@ -32,6 +32,15 @@ def tiny_pair() -> tuple[LlamaForCausalLM, LlamaForCausalLM]:
 
 
 @pytest.fixture
+def one_thread():
+    """Tiny models run fastest on one thread (no OpenMP hand-offs for 16x16 matrices)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
 def prompt() -> torch.Tensor:
     return torch.tensor([[1, 2, 3]])
 

@@ -1,0 +1,125 @@
+"""The notebooks' pictures. Each function draws one figure and returns it; ``save`` also writes it to the folder
+named by ``$BIG_SMALL_FIGURES`` (``make tutorial`` sets it to output/figures)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import torch
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from helpers.decoding import ContrastiveStep, SpecIteration
+
+COLORS = {"expert": "#1f77b4", "amateur": "#ff7f0e", "accepted": "#2ca02c", "rejected": "#d62728",
+          "resampled": "#9467bd", "bonus": "#17becf", "unused": "#c7c7c7", "seed": "#d62728"}
+
+
+def save(fig: Figure, name: str) -> Figure:
+    """Write ``fig`` as ``name``.png into ``$BIG_SMALL_FIGURES`` when that variable is set; return it."""
+    folder = os.environ.get("BIG_SMALL_FIGURES")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        fig.savefig(Path(folder) / f"{name}.png", dpi=120, bbox_inches="tight")
+    return fig
+
+
+def show_token(tokenizer, token_id: int) -> str:
+    """A token as readable text: visible spaces and newlines."""
+    text = tokenizer.decode([token_id])
+    return re.sub(r"\n", "⏎", text).replace(" ", "␣") or f"<{token_id}>"
+
+
+def next_token_bars(tokenizer, p_expert: torch.Tensor, p_amateur: torch.Tensor, *, k: int = 12,
+                    title: str = "") -> Figure:
+    """Notebook 00: the two models' next-token probabilities for the expert's top-k tokens, side by side."""
+    top = torch.topk(p_expert, k).indices.tolist()
+    labels = [show_token(tokenizer, t) for t in top]
+    fig, ax = plt.subplots(figsize=(10, 3.8))
+    x = torch.arange(k)
+    ax.bar(x - 0.2, [float(p_expert[t]) for t in top], 0.4, label="expert", color=COLORS["expert"])
+    ax.bar(x + 0.2, [float(p_amateur[t]) for t in top], 0.4, label="amateur", color=COLORS["amateur"])
+    ax.set_xticks(x.tolist(), labels, rotation=45, ha="right")
+    ax.set_ylabel("probability")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def contrastive_step(tokenizer, step: ContrastiveStep, *, alpha: float, title: str = "") -> Figure:
+    """Notebook 02: one contrastive decoding decision -- p_exp, p_ama, the score and the α-mask."""
+    cands = step.candidates
+    labels = [show_token(tokenizer, c.token_id) for c in cands]
+    x = list(range(len(cands)))
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 5.5), sharex=True)
+    top.bar([i - 0.2 for i in x], [c.p_exp for c in cands], 0.4, label="p_exp (expert)", color=COLORS["expert"])
+    top.bar([i + 0.2 for i in x], [c.p_ama for c in cands], 0.4, label="p_ama (amateur, at τ)",
+            color=COLORS["amateur"])
+    top.axhline(alpha * cands[0].p_exp, color="k", ls="--", lw=1, label=f"α · max p_exp (α = {alpha})")
+    top.set_ylabel("probability")
+    top.legend(fontsize=8)
+    colors = [COLORS["accepted"] if c.token_id == step.chosen else
+              (COLORS["expert"] if c.in_head else COLORS["unused"]) for c in cands]
+    bottom.bar(x, [c.score for c in cands], color=colors)
+    bottom.axhline(0, color="k", lw=0.5)
+    bottom.set_ylabel("log p_exp − log p_ama")
+    bottom.set_xticks(x, labels, rotation=45, ha="right")
+    bottom.legend(handles=[Patch(color=COLORS["accepted"], label="chosen"),
+                           Patch(color=COLORS["expert"], label="in V_head"),
+                           Patch(color=COLORS["unused"], label="masked (implausible)")], fontsize=8)
+    top.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def speculative_iterations(tokenizer, iterations: Sequence[SpecIteration], *, title: str = "") -> Figure:
+    """Notebook 03: one row per iteration -- draft tokens accepted (green) or rejected (red, and the drafts after
+    it unused, grey), then the expert's own token: resampled (purple) or bonus (teal)."""
+    fig, ax = plt.subplots(figsize=(11, 0.55 * len(iterations) + 1.2))
+    for row, it in enumerate(iterations):
+        cells = []
+        for i, token in enumerate(it.draft):
+            kind = ("accepted" if i < it.n_accepted else "rejected" if i == it.n_accepted else "unused")
+            cells.append((show_token(tokenizer, token), kind))
+        if it.last_token is not None:
+            cells.append((show_token(tokenizer, it.last_token), it.last_kind))
+        x = 0.0
+        for text, kind in cells:
+            width = max(1.0, 0.13 * len(text) + 0.5)
+            ax.add_patch(plt.Rectangle((x, -row - 0.4), width - 0.1, 0.8, color=COLORS[kind], alpha=0.85))
+            ax.text(x + (width - 0.1) / 2, -row, text, ha="center", va="center", fontsize=8,
+                    color="white" if kind != "unused" else "black")
+            x += width
+        ax.text(-0.3, -row, f"#{row + 1}", ha="right", va="center", fontsize=8)
+    ax.set_xlim(-1.2, max(8.0, ax.get_xlim()[1]))
+    ax.autoscale_view()
+    ax.set_ylim(-len(iterations) + 0.4, 0.6)
+    ax.axis("off")
+    ax.legend(handles=[Patch(color=COLORS[k], label=k) for k in ("accepted", "rejected", "unused", "resampled",
+                                                                 "bonus")],
+              loc="upper center", bbox_to_anchor=(0.5, 0), ncol=5, fontsize=8, frameon=False)
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def distribution_check(exact: torch.Tensor, samples: dict[str, torch.Tensor], labels: Sequence[str], *,
+                       title: str = "") -> Figure:
+    """Notebook 03: the exact distribution as bars, each sampler's empirical frequencies as markers."""
+    fig, ax = plt.subplots(figsize=(11, 3.8))
+    x = list(range(len(exact)))
+    ax.bar(x, exact.tolist(), color=COLORS["unused"], label="exact (expert)")
+    markers = iter(["o", "x", "s", "^"])
+    for (name, freq), color in zip(samples.items(), (COLORS["accepted"], COLORS["seed"], "k", "b"), strict=False):
+        ax.plot(x, freq.tolist(), next(markers), color=color, label=name, ms=6)
+    ax.set_xticks(x, labels, rotation=90, fontsize=7)
+    ax.set_ylabel("probability")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    return fig
