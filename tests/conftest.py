@@ -4,25 +4,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
-from helpers.models import Pair, load_pair
+from helpers.models import Pair, load_pair, tiny_random_model
 
 VOCAB = 12
 EOS = VOCAB - 1
 
 
 def tiny_llama(seed: int, *, layers: int = 1, vocab: int = VOCAB, scale: float = 6.0) -> LlamaForCausalLM:
-    """A random Llama with a tiny vocabulary. Its LM head is scaled up so that its next-token distributions are
-    peaked (random models are otherwise nearly uniform, and an expert/amateur pair would hardly disagree)."""
-    torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=layers,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
-                         bos_token_id=0, eos_token_id=vocab - 1, pad_token_id=0)
-    model = LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(scale)
-    return model
+    return tiny_random_model(seed, layers=layers, vocab=vocab, scale=scale)
 
 
 @pytest.fixture(scope="session")

@@ -184,7 +184,8 @@ def test_pocket_greedy_equals_generate(pocket):
 # ------------------------------------------------------------------------------ stats and the trace
 def test_speculative_stats_add_up(tiny_pair, prompt):
     expert, amateur = tiny_pair
-    result = speculative(expert, amateur, prompt, max_new_tokens=40, gamma=3, generator=torch.Generator().manual_seed(0))
+    g = torch.Generator().manual_seed(0)
+    result = speculative(expert, amateur, prompt, max_new_tokens=40, gamma=3, generator=g)
     stats = result.stats
     assert len(result.new_token_ids) == 40
     assert stats.accepted == sum(stats.accepted_per_iteration)
@@ -192,7 +193,7 @@ def test_speculative_stats_add_up(tiny_pair, prompt):
     assert stats.accepted_per_iteration == [it.n_accepted for it in result.trace]
     assert stats.proposed == sum(len(it.draft) for it in result.trace)
     assert 0 < stats.acceptance_rate < 1 and 0 < stats.mean_beta < 1
-    emitted = [t for it in result.trace for t in it.draft[:it.n_accepted] + [it.last_token]]
+    emitted = [t for it in result.trace for t in [*it.draft[:it.n_accepted], it.last_token]]
     assert emitted == result.new_token_ids
     for it in result.trace:
         assert it.last_kind == ("bonus" if it.n_accepted == len(it.draft) else "resampled")

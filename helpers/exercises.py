@@ -1,0 +1,134 @@
+"""Self-checks for the notebooks' exercises.
+
+Each ``check_*`` takes the learner's answer (a function or a number). It prints ✅ when the answer is right,
+raises an ``AssertionError`` with a hint when it is wrong, and prints a reminder while the answer is still the
+notebook's placeholder (``None``), so that the notebooks run top to bottom before anyone has solved anything.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from helpers.decoding import contrastive_scores, probabilities
+from helpers.timing import expected_tokens, predicted_speedup
+
+
+def _pending(answer: object, what: str) -> bool:
+    if answer is None:
+        print(f"⏳ {what}: not attempted yet (replace the placeholder, then run this cell again)")
+        return True
+    return False
+
+
+def _ok(what: str) -> None:
+    print(f"✅ {what}: correct")
+
+
+def _random_logits(seed: int, n: int = 50) -> torch.Tensor:
+    return torch.randn(n, generator=torch.Generator().manual_seed(seed)) * 3
+
+
+# --------------------------------------------------------------------------------------- notebook 01
+def check_top_k(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
+    """01, exercise 1: ``fn(logits, k)`` returns the top-k sampling distribution (probabilities)."""
+    what = "top-k filter"
+    if _pending(fn(_random_logits(0), 3), what):
+        return
+    for seed, k in ((0, 1), (1, 3), (2, 10), (3, 50)):
+        logits = _random_logits(seed)
+        got = torch.as_tensor(fn(logits, k), dtype=torch.float32)
+        assert got.shape == logits.shape, f"return one probability per token: shape {tuple(logits.shape)}"
+        assert abs(float(got.sum()) - 1) < 1e-4, "the probabilities must sum to 1: renormalise after filtering"
+        assert int((got > 0).sum()) == k, (f"with k={k} exactly {k} tokens must keep a probability > 0: "
+                                           "keep the k largest logits, set the others to -inf before softmax")
+        assert torch.allclose(got, probabilities(logits, 1.0, top_k=k), atol=1e-5), \
+            "the kept tokens should keep their relative probabilities: softmax over the k largest logits"
+    _ok(what)
+
+
+def check_positions_processed(fn: Callable[[int, int], tuple[int, int]]) -> None:
+    """01, exercise 2: ``fn(T, N)`` -> token positions the model processes to write N tokens after a T-token
+    prompt, (without cache, with cache)."""
+    what = "positions processed"
+    if _pending(fn(5, 3), what):
+        return
+    for t, n in ((5, 3), (1, 1), (10, 40), (100, 1)):
+        no_cache, cache = fn(t, n)
+        assert cache == t + n - 1, ("with a cache the prompt is read once and every new token once, except the "
+                                    "last one, which is never fed back")
+        assert no_cache == n * t + n * (n - 1) // 2, ("without a cache step i re-reads the whole prefix of "
+                                                       "T + i tokens, for i = 0 .. N-1")
+    _ok(what)
+
+
+# --------------------------------------------------------------------------------------- notebook 02
+def check_cd_choice(fn: Callable[[torch.Tensor, torch.Tensor, float], int]) -> None:
+    """02, exercise 1: ``fn(expert_logits, amateur_logits, alpha)`` -> the contrastive decoding token (τ = 1)."""
+    what = "contrastive decoding choice"
+    if _pending(fn(_random_logits(0), _random_logits(1), 0.1), what):
+        return
+    for seed, alpha in ((0, 0.1), (2, 0.5), (4, 1e-3), (6, 1.0)):
+        e, a = _random_logits(seed), _random_logits(seed + 1)
+        scores, _ = contrastive_scores(e, a, alpha)
+        expected = int(scores.argmax())
+        got = int(fn(e, a, alpha))
+        if got == int((torch.log_softmax(e, -1) - torch.log_softmax(a, -1)).argmax()) and got != expected:
+            raise AssertionError("you maximised the score over *all* tokens: first drop the tokens with "
+                                 "p_exp < α · max p_exp (the plausibility mask)")
+        assert got == expected, ("score = log p_exp − log p_ama (log-softmax of each model's logits), "
+                                 "argmax over the tokens with p_exp ≥ α · max p_exp")
+    _ok(what)
+
+
+def check_alpha_for_greedy(alpha: float | None) -> None:
+    """02, exercise 2: the α for which contrastive decoding always equals greedy decoding of the expert."""
+    what = "α that makes CD greedy"
+    if _pending(alpha, what):
+        return
+    assert math.isclose(alpha, 1.0), ("look at V_head = {x : p_exp(x) ≥ α · max p_exp}: for which α does it "
+                                      "contain only the expert's favourite token?")
+    _ok(what)
+
+
+# --------------------------------------------------------------------------------------- notebook 03
+def check_residual(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
+    """03, exercise 1: ``fn(p, q)`` -> the distribution a rejected draft is replaced from, norm(max(0, p − q))."""
+    what = "residual distribution"
+    p0, q0 = torch.softmax(_random_logits(0, 8), -1), torch.softmax(_random_logits(1, 8), -1)
+    if _pending(fn(p0, q0), what):
+        return
+    for seed in range(4):
+        p, q = torch.softmax(_random_logits(seed, 8), -1), torch.softmax(_random_logits(seed + 10, 8), -1)
+        got = torch.as_tensor(fn(p, q), dtype=torch.float32)
+        assert abs(float(got.sum()) - 1) < 1e-5, "normalise: divide max(0, p − q) by its sum"
+        assert bool((got >= 0).all()), "clip negative differences to 0 before normalising"
+        want = torch.clamp(p - q, min=0) / torch.clamp(p - q, min=0).sum()
+        assert torch.allclose(got, want, atol=1e-6), "the residual is max(0, p − q) / Σ max(0, p − q)"
+    _ok(what)
+
+
+def check_expected_tokens(fn: Callable[[float, int], float]) -> None:
+    """03, exercise 2: ``fn(alpha, gamma)`` -> expected tokens per iteration (Leviathan et al. Eq. 1)."""
+    what = "expected tokens per iteration"
+    if _pending(fn(0.5, 3), what):
+        return
+    for alpha, gamma in ((0.5, 3), (0.0, 4), (0.9, 1), (0.75, 7)):
+        got = float(fn(alpha, gamma))
+        assert math.isclose(got, expected_tokens(alpha, gamma), rel_tol=1e-6), (
+            "each iteration emits the accepted drafts + 1 token; draft i survives with probability α^i, "
+            "so E = 1 + α + α² + … + α^γ = (1 − α^(γ+1)) / (1 − α)")
+    _ok(what)
+
+
+def check_best_gamma(gamma: int | None, *, alpha: float = 0.8, c: float = 0.1, r: float = 1.0) -> None:
+    """03, exercise 3: the γ in 1..20 with the largest predicted speedup for the given α, c and r."""
+    what = f"best γ for α={alpha}, c={c}"
+    if _pending(gamma, what):
+        return
+    best = max(range(1, 21), key=lambda g: predicted_speedup(alpha, g, c, r))
+    assert gamma == best, (f"predicted speedup = E[tokens] / (γ·c + r); evaluate it for γ = 1..20 "
+                           f"(γ={gamma} gives {predicted_speedup(alpha, gamma, c, r):.2f}×)")
+    _ok(what)
