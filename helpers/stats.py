@@ -6,9 +6,13 @@ distribution next to the TV that sampling noise alone produces for the same numb
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from transformers import PreTrainedModel
+
+from helpers.decoding import probabilities
 
 
 @dataclass
@@ -62,3 +66,27 @@ def goodness_of_fit(counts: torch.Tensor, probs: torch.Tensor, *, min_expected: 
                                             minlength=len(probs)) / n, probs) for _ in range(noise_draws)]
     tv_noise = float(torch.tensor(noise).quantile(0.99))
     return Fit(n, chi2, dof, p_value, total_variation(counts / n, probs), tv_noise, impossible)
+
+
+@torch.no_grad()
+def exact_first_two(model: PreTrainedModel, prompt: torch.Tensor, **warp: float | int | None) -> torch.Tensor:
+    """P(x1, x2) = p(x1 | prompt) · p(x2 | prompt, x1), computed exactly from the model (after the same
+    temperature / top-k / top-p transform the sampler uses), flattened to x1 * vocab + x2."""
+    p1 = probabilities(model(prompt).logits[0, -1], **warp).double()
+    vocab = p1.shape[-1]
+    joint = torch.zeros(vocab, vocab, dtype=torch.float64)
+    for x1 in torch.nonzero(p1).flatten().tolist():
+        longer = torch.cat([prompt, torch.tensor([[x1]], device=prompt.device)], dim=1)
+        joint[x1] = p1[x1] * probabilities(model(longer).logits[0, -1], **warp).double().cpu()
+    return joint.flatten()
+
+
+def first_two_counts(sampler: Callable[[torch.Generator], list[int]], vocab: int, n_runs: int,
+                     seed: int = 2024) -> torch.Tensor:
+    """How often each pair (x1, x2) starts the output of ``sampler(generator)`` in ``n_runs`` seeded runs."""
+    generator = torch.Generator().manual_seed(seed)
+    counts = torch.zeros(vocab * vocab, dtype=torch.float64)
+    for _ in range(n_runs):
+        first, second = sampler(generator)[:2]
+        counts[first * vocab + second] += 1
+    return counts

@@ -10,33 +10,14 @@ import torch
 from conftest import EOS, VOCAB, tiny_llama
 
 from helpers import decoding
+from helpers.bench import assistant_drafts, quiet_transformers
 from helpers.decoding import contrastive, naive, probabilities, speculative
-from helpers.stats import goodness_of_fit
+from helpers.stats import exact_first_two, first_two_counts, goodness_of_fit
 
 N_RUNS = 20_000
 
 
 # ------------------------------------------------------------------------------------------ exactness
-@torch.no_grad()
-def exact_first_two(expert, prompt, **warp) -> torch.Tensor:
-    """P(x1, x2) = p(x1 | prompt) · p(x2 | prompt, x1), computed exactly from the expert, flattened."""
-    p1 = probabilities(expert(prompt).logits[0, -1], **warp).double()
-    joint = torch.zeros(VOCAB, VOCAB, dtype=torch.float64)
-    for x1 in torch.nonzero(p1).flatten().tolist():
-        longer = torch.cat([prompt, torch.tensor([[x1]])], dim=1)
-        joint[x1] = p1[x1] * probabilities(expert(longer).logits[0, -1], **warp).double()
-    return joint.flatten()
-
-
-def first_two_counts(sampler, n_runs: int = N_RUNS) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(2024)
-    counts = torch.zeros(VOCAB * VOCAB, dtype=torch.float64)
-    for _ in range(n_runs):
-        first, second = sampler(generator)[:2]
-        counts[first * VOCAB + second] += 1
-    return counts
-
-
 @pytest.mark.parametrize(("warp", "gamma", "max_new_tokens"), [
     ({"temperature": 1.0}, 2, 3),                # two drafts judged in one expert pass
     ({"temperature": 0.7}, 1, 2),                # the bonus token is the second token
@@ -46,7 +27,8 @@ def test_speculative_matches_expert_distribution(tiny_pair, prompt, one_thread, 
     expert, amateur = tiny_pair
     exact = exact_first_two(expert, prompt, **warp)
     counts = first_two_counts(lambda g: speculative(
-        expert, amateur, prompt, max_new_tokens=max_new_tokens, gamma=gamma, generator=g, **warp).new_token_ids)
+        expert, amateur, prompt, max_new_tokens=max_new_tokens, gamma=gamma, generator=g, **warp).new_token_ids,
+        VOCAB, N_RUNS)
     fit = goodness_of_fit(counts, exact)
     assert fit.impossible == 0, "speculative emitted a token pair the expert gives probability 0"
     assert fit.p_value > 1e-3, fit
@@ -60,7 +42,8 @@ def test_the_source_articles_sampler_fails_the_same_test(tiny_pair, prompt, one_
     expert, amateur = tiny_pair
     exact = exact_first_two(expert, prompt)
     counts = first_two_counts(lambda g: speculative_decoding(
-        expert, amateur, prompt, n_tokens=2, max_length=prompt.shape[1] + 4, generator=g))  # +4: always >= 2 tokens
+        expert, amateur, prompt, n_tokens=2, max_length=prompt.shape[1] + 4, generator=g),  # +4: >= 2 tokens
+        VOCAB, N_RUNS)
     fit = goodness_of_fit(counts, exact)
     assert fit.p_value < 1e-3 and fit.tv > fit.tv_noise, fit
 
@@ -167,9 +150,9 @@ def test_naive_greedy_equals_generate(tiny_pair, prompt):
 def test_greedy_speculative_equals_assisted_generate(tiny_pair, prompt, gamma):
     expert, amateur = tiny_pair
     ours = speculative(expert, amateur, prompt, max_new_tokens=30, gamma=gamma, temperature=0).new_token_ids
-    theirs = expert.generate(prompt, assistant_model=amateur, do_sample=False, max_new_tokens=30,
-                             eos_token_id=None, num_assistant_tokens=gamma,
-                             num_assistant_tokens_schedule="constant")
+    with assistant_drafts(amateur, gamma), quiet_transformers():
+        theirs = expert.generate(prompt, assistant_model=amateur, do_sample=False, max_new_tokens=30,
+                                 eos_token_id=None)
     assert ours == theirs[0, prompt.shape[1]:].tolist()
 
 

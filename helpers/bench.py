@@ -1,0 +1,483 @@
+"""Speed benchmark: our decoders against transformers' ``generate``, interleaved in one process.
+
+``python -m helpers.bench [--quick] [--pair pocket] [--gammas 1,2,4] [--out output/bench.json] ...``
+(notebook 04 calls :func:`run_benchmark` and :func:`markdown_table` directly).
+
+For every prompt, round after round (:func:`helpers.timing.interleaved`), each configuration generates exactly
+``max_new_tokens`` tokens (EOS disabled):
+
+* ``naive`` -- our :func:`~helpers.decoding.naive` with a KV cache (the baseline every speedup refers to);
+* ``naive_nocache`` -- our naive without a cache, the source article's (unfair) baseline;
+* ``hf_greedy`` -- ``expert.generate`` (greedy at temperature 0, else plain sampling);
+* ``speculative_gN`` -- our :func:`~helpers.decoding.speculative` with γ = N;
+* ``hf_assisted_gN`` -- ``expert.generate(assistant_model=amateur)`` drafting exactly γ = N tokens per round.
+
+Every configuration first runs once, untimed, with a few tokens (warm-up). At temperature 0 (the default) all
+of them produce the same text, so only the time differs. The result also
+holds the cost ratios c and r(γ) (:func:`helpers.timing.cost_ratios`), α, and the predicted speedup
+E[tokens] / (γ·c + r) next to the measured one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import shlex
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+import transformers
+from tqdm.auto import tqdm
+from transformers import PreTrainedModel
+from transformers.utils import logging as hf_logging
+
+from helpers.decoding import Generation, naive, speculative
+from helpers.models import Pair, load_pair
+from helpers.timing import (
+    cost_ratios,
+    expected_tokens,
+    interleaved,
+    median,
+    predicted_speedup,
+    summarize,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_PROMPTS = REPO / "data" / "article_prompts.txt"
+DEFAULT_OUT = REPO / "output" / "bench.json"
+DEFAULTS = {"gammas": "1,2,3,4,5,6,7,8,9,10", "repeats": 3, "max_new_tokens": 48}
+QUICK = {"gammas": "1,4", "prompts": 2, "repeats": 1, "max_new_tokens": 24}
+"""``--quick``: what it changes (an option given explicitly still wins)."""
+COST_ROUNDS_PER_REPEAT = 5
+"""Single forward passes are short: c and r are measured over 5 × repeats interleaved rounds."""
+
+LABELS = {
+    "naive": "ours: naive, KV cache",
+    "naive_nocache": "ours: naive, no cache (article)",
+    "hf_greedy": "HF generate",
+    "speculative": "ours: speculative",
+    "hf_assisted": "HF assisted generation",
+}
+
+Prompt = str | torch.Tensor
+"""A prompt as text (encoded with the pair's tokenizer) or already encoded as a (1, T) LongTensor."""
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def machine_info(device: torch.device | str) -> dict:
+    """Library versions, threads, CPU model and device, for the JSON."""
+    device = torch.device(device)
+    cpu = None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "cpu": cpu or platform.processor() or None,
+        "device": str(device),
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+    }
+
+
+def _load_average() -> list[float] | None:
+    """1, 5 and 15 minute load averages: above the number of cores, other processes shared the CPU."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Assisted generation logs a deprecation note about its own internal call; keep stdout clean."""
+    before = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(before)
+
+
+ASSISTANT_SETTINGS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold",
+                      "eos_token_id")
+
+
+@contextmanager
+def assistant_drafts(amateur: PreTrainedModel, gamma: int) -> Iterator[None]:
+    """Make ``generate(assistant_model=amateur)`` draft exactly γ tokens per round, then restore the config.
+
+    transformers 5 reads these settings from the *assistant's* ``generation_config`` (passing
+    ``num_assistant_tokens=γ`` to the expert's ``generate`` has no effect). By default it also ends a draft
+    early when the assistant's confidence drops below 0.4 (threshold 0 switches that off) or when the assistant
+    drafts its own EOS token, even with ``eos_token_id=None`` for the expert (so the assistant's EOS is unset
+    too). Our :func:`~helpers.decoding.speculative` always drafts γ tokens.
+    """
+    config = amateur.generation_config
+    saved = {name: getattr(config, name, None) for name in ASSISTANT_SETTINGS}
+    config.num_assistant_tokens = gamma
+    config.num_assistant_tokens_schedule = "constant"
+    config.assistant_confidence_threshold = 0.0
+    config.eos_token_id = None
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(config, name, value)
+
+
+def _hf_kwargs(model: PreTrainedModel, n: int, temperature: float) -> dict:
+    pad = model.generation_config.pad_token_id
+    kwargs = {"max_new_tokens": n, "min_new_tokens": n, "eos_token_id": None,
+              "pad_token_id": pad if pad is not None else 0}
+    if temperature == 0:
+        return {**kwargs, "do_sample": False}
+    return {**kwargs, "do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+
+
+def _pooled_stats(generations: Sequence[Generation]) -> dict[str, float]:
+    """α (mean β over every judged draft position), acceptance rate and tokens per expert call, pooled."""
+    betas = [b for g in generations for b in g.stats.betas]
+    proposed = sum(g.stats.proposed for g in generations)
+    calls = sum(g.stats.expert_calls for g in generations)
+    return {
+        "alpha": sum(betas) / len(betas) if betas else math.nan,
+        "n_positions": len(betas),
+        "acceptance_rate": sum(g.stats.accepted for g in generations) / proposed if proposed else math.nan,
+        "tokens_per_expert_call": sum(len(g.new_token_ids) for g in generations) / calls if calls else math.nan,
+    }
+
+
+def warmup_tokens(gammas: Sequence[int], max_new_tokens: int) -> int:
+    """Tokens of the untimed warm-up run of every configuration (first prompt): enough for one full draft of
+    the largest γ, but far fewer than a timed run (a full warm-up round would cost a third of ``--quick``)."""
+    return min(max_new_tokens, max(gammas) + 2)
+
+
+def _json_safe(value: object) -> object:
+    """NaN and ±inf become null (strict JSON); tuples become lists."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _configurations(gammas: Sequence[int]) -> list[tuple[str, str, int | None]]:
+    """(name, method, γ) of every configuration, in the order they run within a round."""
+    configs: list[tuple[str, str, int | None]] = [("naive", "naive", None), ("naive_nocache", "naive_nocache", None),
+                                                  ("hf_greedy", "hf_greedy", None)]
+    for gamma in gammas:
+        configs += [(f"speculative_g{gamma}", "speculative", gamma), (f"hf_assisted_g{gamma}", "hf_assisted", gamma)]
+    return configs
+
+
+# ------------------------------------------------------------------------------------------ benchmark
+def _runners(pair: Pair, input_ids: torch.Tensor, gammas: Sequence[int], n: int, temperature: float,
+             seed: int, outputs: dict[str, list]) -> dict[str, Callable[[], object]]:
+    """One zero-argument function per configuration; each appends its output to ``outputs[name]``."""
+    expert, amateur, device = pair.expert, pair.amateur, input_ids.device
+    mask = torch.ones_like(input_ids)
+    hf = _hf_kwargs(expert, n, temperature)
+
+    def generator() -> torch.Generator | None:
+        return torch.Generator(device).manual_seed(seed) if temperature > 0 else None
+
+    def ours(name: str, fn: Callable[[], Generation]) -> Callable[[], None]:
+        def run() -> None:
+            outputs[name].append(fn())
+        return run
+
+    def theirs(name: str, gamma: int | None) -> Callable[[], None]:
+        def run() -> None:
+            torch.manual_seed(seed)
+            if gamma is None:
+                out = expert.generate(input_ids, attention_mask=mask, **hf)
+            else:
+                with assistant_drafts(amateur, gamma):
+                    out = expert.generate(input_ids, attention_mask=mask, assistant_model=amateur, **hf)
+            _sync(device)
+            outputs[name].append(out[0, input_ids.shape[1]:].tolist())
+        return run
+
+    common = {"max_new_tokens": n, "temperature": temperature, "eos_token_id": None}
+    fns: dict[str, Callable[[], object]] = {
+        "naive": ours("naive", lambda: naive(expert, input_ids, generator=generator(), **common)),
+        "naive_nocache": ours("naive_nocache", lambda: naive(expert, input_ids, use_cache=False,
+                                                              generator=generator(), **common)),
+        "hf_greedy": theirs("hf_greedy", None),
+    }
+    for gamma in gammas:
+        fns[f"speculative_g{gamma}"] = ours(f"speculative_g{gamma}", lambda g=gamma: speculative(
+            expert, amateur, input_ids, gamma=g, generator=generator(), **common))
+        fns[f"hf_assisted_g{gamma}"] = theirs(f"hf_assisted_g{gamma}", gamma)
+    return fns
+
+
+def _tokens(output: Generation | list[int]) -> list[int]:
+    return output.new_token_ids if isinstance(output, Generation) else output
+
+
+def run_benchmark(pair: Pair, prompts: Sequence[Prompt], gammas: Sequence[int], repeats: int = 3,
+                  max_new_tokens: int = 48, temperature: float = 0.0, seed: int = 0,
+                  progress: bool = True) -> dict:
+    """Time every configuration on every prompt (interleaved) and return a JSON-ready dict.
+
+    Prompts are text (encoded with ``pair.encode``) or (1, T) LongTensors. Per-token time = run time / N.
+    Ratios and speedups are computed per round from the interleaved runs, then the median is taken.
+    """
+    gammas = list(gammas)
+    if not prompts:
+        raise ValueError("give at least one prompt")
+    if not gammas or any(isinstance(g, bool) or not isinstance(g, int) or g < 1 for g in gammas):
+        raise ValueError(f"gammas must be ints >= 1, got {gammas!r}")
+    if repeats < 1 or max_new_tokens < 1 or not temperature >= 0:
+        raise ValueError(f"need repeats >= 1, max_new_tokens >= 1 and temperature >= 0, got "
+                         f"{repeats}, {max_new_tokens}, {temperature}")
+    started = time.perf_counter()
+    load_before = _load_average()
+    n = max_new_tokens
+    encoded = [p if isinstance(p, torch.Tensor) else pair.encode(p) for p in prompts]
+    configs = _configurations(gammas)
+    names = [name for name, _, _ in configs]
+    per_token: dict[str, list[float]] = {name: [] for name in names}
+    speedups: dict[str, list[float]] = {name: [] for name in names}
+    same_text: dict[str, list[bool]] = {name: [] for name in names}
+    lengths: dict[str, set[int]] = {name: set() for name in names}
+    spec_runs: dict[int, list[Generation]] = {gamma: [] for gamma in gammas}
+    naive_over_hf: list[float] = []
+    spec_over_hf: dict[int, list[float]] = {gamma: [] for gamma in gammas}
+
+    total = (1 + repeats * len(encoded)) * len(names) + len(encoded)
+    bar = tqdm(total=total, desc="bench", unit="run", disable=not progress)
+    with quiet_transformers():
+        bar.set_postfix_str("warm-up")
+        warm = _runners(pair, encoded[0], gammas, warmup_tokens(gammas, n), temperature, seed,
+                        {name: [] for name in names})
+        interleaved(warm, repeats=1, warmup=0, on_run=lambda _name: bar.update())
+        bar.set_postfix_str("cost ratios")
+        c, r = cost_ratios(pair.expert, pair.amateur, encoded[0], gammas, COST_ROUNDS_PER_REPEAT * repeats)
+        for index, input_ids in enumerate(encoded):
+            bar.set_postfix_str(f"prompt {index + 1}/{len(encoded)}")
+            outputs: dict[str, list] = {name: [] for name in names}
+            fns = _runners(pair, input_ids, gammas, n, temperature, seed, outputs)
+            times = interleaved(fns, repeats, warmup=0, on_run=lambda _name: bar.update())
+            for round_ in range(repeats):
+                reference = _tokens(outputs["naive"][round_])
+                for name in names:
+                    tokens = _tokens(outputs[name][round_])
+                    per_token[name].append(times[name][round_] / n)
+                    speedups[name].append(times["naive"][round_] / times[name][round_])
+                    same_text[name].append(tokens == reference)
+                    lengths[name].add(len(tokens))
+                naive_over_hf.append(times["naive"][round_] / times["hf_greedy"][round_])
+                for gamma in gammas:
+                    spec_over_hf[gamma].append(times[f"speculative_g{gamma}"][round_]
+                                               / times[f"hf_assisted_g{gamma}"][round_])
+            for gamma in gammas:
+                spec_runs[gamma] += outputs[f"speculative_g{gamma}"]
+        # α at temperature 1: one sampled speculative run per prompt (at T=0 β is only 0/1 agreement).
+        bar.set_postfix_str("alpha at T=1")
+        t1_gamma = max(gammas)
+        t1_runs = []
+        for index, input_ids in enumerate(encoded):
+            t1_runs.append(speculative(pair.expert, pair.amateur, input_ids, max_new_tokens=n, gamma=t1_gamma,
+                                       temperature=1.0, eos_token_id=None,
+                                       generator=torch.Generator(input_ids.device).manual_seed(seed + index)))
+            bar.update()
+    bar.close()
+    t1 = _pooled_stats(t1_runs)
+    alpha_t1 = t1["alpha"]
+
+    configurations = []
+    for name, method, gamma in configs:
+        row: dict = {"name": name, "method": method, "label": LABELS[method], "gamma": gamma,
+                     "per_token_s": asdict(summarize(per_token[name])),
+                     "new_tokens": sorted(lengths[name]),
+                     "same_text_as_naive": sum(same_text[name]) / len(same_text[name]),
+                     "speedup_vs_naive": median(speedups[name])}
+        if method == "speculative":
+            stats = _pooled_stats(spec_runs[gamma])
+            alpha = stats["alpha"]
+            row.update(stats)
+            row.update({
+                "r": r[gamma],
+                "expected_tokens_per_call": expected_tokens(alpha, gamma) if not math.isnan(alpha) else math.nan,
+                "predicted_speedup": (predicted_speedup(alpha, gamma, c, r[gamma])
+                                      if not math.isnan(alpha) else math.nan),
+                "predicted_speedup_t1": (predicted_speedup(alpha_t1, gamma, c, r[gamma])
+                                         if not math.isnan(alpha_t1) else math.nan),
+            })
+        configurations.append(row)
+
+    return {
+        "machine": {**machine_info(encoded[0].device), "load_average_before": load_before,
+                    "load_average_after": _load_average()},
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": None,
+        "settings": {
+            "pair": pair.name, "expert": pair.expert_name, "amateur": pair.amateur_name,
+            "prompts": [p if isinstance(p, str) else p[0].tolist() for p in prompts],
+            "gammas": gammas, "repeats": repeats, "warmup_tokens": warmup_tokens(gammas, n),
+            "max_new_tokens": n, "temperature": temperature, "seed": seed,
+            "hf_assistant": {"num_assistant_tokens": "gamma", "num_assistant_tokens_schedule": "constant",
+                             "assistant_confidence_threshold": 0.0, "assistant_eos_token_id": None},
+        },
+        "cost": {"c": c, "r": r, "rounds": COST_ROUNDS_PER_REPEAT * repeats,
+                 "note": "c = amateur 1-token step / expert 1-token step; r(γ) = expert forward over γ+1 "
+                         "tokens / expert 1-token step (KV-cached, interleaved, median of per-round ratios)"},
+        "alpha_t1": {"alpha": alpha_t1, "gamma": t1_gamma, "n_positions": t1["n_positions"],
+                     "note": "mean β of one temperature-1 speculative run per prompt; the timed runs' α is "
+                             "at the timed temperature (at T=0: greedy 0/1 agreement)"},
+        "alpha_source": ("mean β of the timed runs at temperature "
+                         f"{temperature:g}" + (" = accepted / judged draft positions" if temperature == 0 else "")),
+        "configurations": configurations,
+        "ratios": {
+            "ours_naive_over_hf_greedy": median(naive_over_hf),
+            "ours_speculative_over_hf_assisted": {gamma: median(v) for gamma, v in spec_over_hf.items()},
+            "note": "time ratios per interleaved round, then median; < 1 means ours is faster",
+        },
+        "wall_s": time.perf_counter() - started,
+    }
+
+
+# ---------------------------------------------------------------------------------------------- output
+def _fmt(value: float | None, spec: str = ".2f") -> str:
+    return "–" if value is None or (isinstance(value, float) and not math.isfinite(value)) else format(value, spec)
+
+
+def markdown_table(result: dict) -> str:
+    """The result as a Markdown table plus a few lines with c, r, α at T=1 and the ours/HF ratios."""
+    lines = ["| configuration | γ | ms/token median | min–max | speedup vs naive | predicted | α | "
+             "tokens/expert call | same text |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in result["configurations"]:
+        t = row["per_token_s"]
+        lines.append(
+            f"| {row['label']} | {row['gamma'] or ''} | {t['median'] * 1e3:.1f} | "
+            f"{t['min'] * 1e3:.1f}–{t['max'] * 1e3:.1f} | {_fmt(row['speedup_vs_naive'])}× | "
+            f"{_fmt(row.get('predicted_speedup'))}{'×' if 'predicted_speedup' in row else ''} | "
+            f"{_fmt(row.get('alpha'))} | {_fmt(row.get('tokens_per_expert_call'))} | "
+            f"{row['same_text_as_naive']:.0%} |")
+    cost, settings, ratios = result["cost"], result["settings"], result["ratios"]
+    r = ", ".join(f"r({g})={_fmt(v)}" for g, v in cost["r"].items())
+    spec_hf = ", ".join(f"γ={g}: {_fmt(v)}" for g, v in ratios["ours_speculative_over_hf_assisted"].items())
+    t1 = result["alpha_t1"]
+    machine = result["machine"]
+    lines += [
+        "",
+        f"- cost ratios: c={_fmt(cost['c'], '.3f')}, {r}; predicted = E[tokens]/(γ·c + r) with α = "
+        f"{result['alpha_source']}",
+        f"- α at temperature 1 (one sampled run per prompt, γ={t1['gamma']}): {_fmt(t1['alpha'], '.3f')}",
+        f"- time ours/HF: naive/greedy {_fmt(ratios['ours_naive_over_hf_greedy'])}; "
+        f"speculative/assisted {spec_hf} (< 1: ours faster)",
+        f"- {settings['pair']} ({settings['expert']} + {settings['amateur']}), {settings['max_new_tokens']} "
+        f"tokens, {len(settings['prompts'])} prompts × {settings['repeats']} rounds, temperature "
+        f"{settings['temperature']:g}; {machine['device']}, threads={machine['threads']}, CPU: {machine['cpu']}",
+    ]
+    loads = machine.get("load_average_before"), machine.get("load_average_after")
+    if all(loads):
+        busy = max(loads[0][0], loads[1][0]) > (machine["cpu_count"] or 1)
+        lines.append(f"- load average (1 min) before/after: {loads[0][0]:.2f}/{loads[1][0]:.2f} on "
+                     f"{machine['cpu_count']} cores" + (": other processes shared the CPU, the timings are not clean"
+                                                        if busy else ""))
+    return "\n".join(lines)
+
+
+def write_json(result: dict, path: Path | str) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_json_safe(result), indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    return path
+
+
+# ------------------------------------------------------------------------------------------------- CLI
+def _gammas(text: str) -> list[int]:
+    try:
+        gammas = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a comma list of ints like 1,2,4, got {text!r}") from None
+    if not gammas or min(gammas) < 1:
+        raise argparse.ArgumentTypeError(f"gammas must be ints >= 1, got {text!r}")
+    return gammas
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m helpers.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pair", default="pocket", help="model pair for helpers.models.load_pair (default pocket)")
+    parser.add_argument("--gammas", type=_gammas, default=None,
+                        help=f"draft lengths, comma list (default {DEFAULTS['gammas']}; --quick: {QUICK['gammas']})")
+    parser.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS,
+                        help="text file, one prompt per line (default data/article_prompts.txt in the repository)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help=f"timed rounds per prompt (default {DEFAULTS['repeats']}; --quick: {QUICK['repeats']})")
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help=f"tokens per run (default {DEFAULTS['max_new_tokens']}; --quick: "
+                             f"{QUICK['max_new_tokens']})")
+    parser.add_argument("--temperature", type=float, default=0.0,
+                        help="0 = greedy (default): every method produces the same text")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON file (default output/bench.json)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"gammas {QUICK['gammas']}, {QUICK['prompts']} prompts, repeats {QUICK['repeats']}, "
+                             f"{QUICK['max_new_tokens']} tokens (explicit options still win)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+    preset = QUICK if args.quick else DEFAULTS
+    if args.gammas is None:
+        args.gammas = _gammas(preset["gammas"])
+    if args.repeats is None:
+        args.repeats = preset["repeats"]
+    if args.max_new_tokens is None:
+        args.max_new_tokens = preset["max_new_tokens"]
+    return args
+
+
+def read_prompts(path: Path | str, limit: int | None = None) -> list[str]:
+    prompts = [line.strip() for line in Path(path).read_text().splitlines() if line.strip()]
+    if not prompts:
+        raise ValueError(f"{path} holds no prompts (one per line)")
+    return prompts[:limit]
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    """Parse the options, load the pair, run the benchmark, write the JSON and print the table."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    prompts = read_prompts(args.prompts, QUICK["prompts"] if args.quick else None)
+    pair = load_pair(args.pair)
+    result = run_benchmark(pair, prompts, args.gammas, repeats=args.repeats, max_new_tokens=args.max_new_tokens,
+                           temperature=args.temperature, seed=args.seed, progress=not args.no_progress)
+    result["command"] = shlex.join(["python", "-m", "helpers.bench", *argv])
+    path = write_json(result, args.out)
+    print(markdown_table(result))
+    print(f"\nwritten to {path} ({result['wall_s']:.0f} s)")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""helpers.bench on tiny random models: the structure of the result, N tokens from every method, finite ratios,
+HF assisted generation drafting exactly γ tokens, and the command line. No wall-clock assertions."""
+
+from __future__ import annotations
+
+import json
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+from conftest import VOCAB, tiny_llama
+
+from helpers import bench
+from helpers.bench import assistant_drafts, markdown_table, run_benchmark
+from helpers.models import Pair
+
+N = 6
+GAMMAS = [1, 3]
+REPEATS = 2
+PROMPTS = [torch.tensor([[1, 2, 3]]), torch.tensor([[4, 5, 6, 7]])]
+
+
+class FakeTokenizer:
+    """Just enough of a tokenizer for ``Pair.encode``: one token per character."""
+
+    eos_token_id = None
+
+    def __call__(self, text: str, return_tensors: str = "pt") -> SimpleNamespace:
+        assert return_tensors == "pt"
+        return SimpleNamespace(input_ids=torch.tensor([[1 + ord(ch) % (VOCAB - 2) for ch in text]]))
+
+
+@pytest.fixture(scope="module")
+def pair():
+    """The tiny pair, run on one thread (no OpenMP hand-offs for 16x16 matrices)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield Pair(expert=tiny_llama(0, layers=2), amateur=tiny_llama(1), tokenizer=FakeTokenizer(), name="tiny",
+               expert_name="tiny-2-layers", amateur_name="tiny-1-layer", source="test")
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def result(pair) -> dict:
+    return run_benchmark(pair, PROMPTS, GAMMAS, repeats=REPEATS, max_new_tokens=N, temperature=0.0, seed=0,
+                         progress=False)
+
+
+def rows(result: dict) -> dict[str, dict]:
+    return {row["name"]: row for row in result["configurations"]}
+
+
+def test_every_configuration_is_there(result):
+    expected = ["naive", "naive_nocache", "hf_greedy"]
+    for gamma in GAMMAS:
+        expected += [f"speculative_g{gamma}", f"hf_assisted_g{gamma}"]
+    assert [row["name"] for row in result["configurations"]] == expected
+    assert {"machine", "settings", "cost", "alpha_t1", "configurations", "ratios", "command", "wall_s"} <= set(result)
+    assert result["machine"]["device"] == "cpu" and result["machine"]["threads"] >= 1
+    assert result["settings"]["prompts"] == [p[0].tolist() for p in PROMPTS]
+
+
+def test_every_method_produces_n_tokens_and_the_same_greedy_text(result):
+    for row in result["configurations"]:
+        assert row["new_tokens"] == [N], row["name"]
+        assert row["same_text_as_naive"] == 1.0, row["name"]  # temperature 0: only the time differs
+
+
+def test_timings_and_ratios_are_positive_and_finite(result):
+    def finite_positive(x: float) -> bool:
+        return 0 < x < math.inf
+
+    for row in result["configurations"]:
+        t = row["per_token_s"]
+        assert t["n"] == REPEATS * len(PROMPTS)
+        assert 0 < t["min"] <= t["median"] <= t["max"] < math.inf
+        assert finite_positive(row["speedup_vs_naive"])
+    assert rows(result)["naive"]["speedup_vs_naive"] == 1.0
+    ratios = result["ratios"]
+    assert finite_positive(ratios["ours_naive_over_hf_greedy"])
+    assert list(ratios["ours_speculative_over_hf_assisted"]) == GAMMAS
+    assert all(finite_positive(v) for v in ratios["ours_speculative_over_hf_assisted"].values())
+    assert finite_positive(result["cost"]["c"])
+    assert list(result["cost"]["r"]) == GAMMAS and all(finite_positive(v) for v in result["cost"]["r"].values())
+
+
+def test_speculative_statistics(result):
+    for gamma in GAMMAS:
+        row = rows(result)[f"speculative_g{gamma}"]
+        assert row["gamma"] == gamma
+        assert 0 <= row["alpha"] <= 1
+        assert 0 <= row["acceptance_rate"] <= row["alpha"]  # accepted/proposed <= accepted/judged
+        assert 1 <= row["tokens_per_expert_call"] <= gamma + 1
+        assert 1 <= row["expected_tokens_per_call"] <= gamma + 1
+        assert 0 < row["predicted_speedup"] < math.inf and 0 < row["predicted_speedup_t1"] < math.inf
+    alpha_t1 = result["alpha_t1"]
+    assert 0 <= alpha_t1["alpha"] <= 1 and alpha_t1["n_positions"] > 0 and alpha_t1["gamma"] == max(GAMMAS)
+
+
+def test_markdown_table_has_a_row_per_configuration(result):
+    table = markdown_table(result)
+    lines = table.splitlines()
+    assert lines[0].startswith("| configuration |")
+    assert sum(line.startswith("| ours") or line.startswith("| HF") for line in lines) == len(
+        result["configurations"])
+    assert "c=" in table and "α at temperature 1" in table
+
+
+def test_sampling_also_produces_n_tokens(pair):
+    sampled = run_benchmark(pair, PROMPTS[:1], [2], repeats=1, max_new_tokens=N, temperature=1.0, seed=3,
+                            progress=False)
+    for row in sampled["configurations"]:
+        assert row["new_tokens"] == [N], row["name"]
+    assert "temperature 1" in sampled["alpha_source"]
+
+
+def test_refuses_bad_arguments(pair):
+    with pytest.raises(ValueError, match="gammas"):
+        run_benchmark(pair, PROMPTS, [0], progress=False)
+    with pytest.raises(ValueError, match="prompt"):
+        run_benchmark(pair, [], [1], progress=False)
+
+
+# ---------------------------------------------------------------------------- HF assisted generation
+@pytest.mark.parametrize("gamma", [1, 3, 5])
+def test_hf_assistant_drafts_exactly_gamma_tokens(pair, monkeypatch, gamma):
+    """transformers ignores num_assistant_tokens passed to the expert's generate and ends drafts early (low
+    confidence, the assistant's own EOS): under assistant_drafts() every draft has γ tokens, or what is left of
+    the budget."""
+    n, prompt = 16, PROMPTS[0]
+    drafts: list[tuple[int, int]] = []  # (tokens so far, drafted tokens)
+    generate = pair.amateur.generate
+
+    def recording_generate(*args, **kwargs):
+        out = generate(*args, **kwargs)
+        so_far = kwargs.get("input_ids", args[0] if args else None).shape[1]
+        drafts.append((so_far, out.sequences.shape[1] - so_far))
+        return out
+
+    monkeypatch.setattr(pair.amateur, "generate", recording_generate)
+    config = pair.amateur.generation_config
+    before = {name: getattr(config, name, None) for name in bench.ASSISTANT_SETTINGS}
+    with assistant_drafts(pair.amateur, gamma):
+        out = pair.expert.generate(prompt, assistant_model=pair.amateur, **bench._hf_kwargs(pair.expert, n, 0))
+    assert out.shape[1] == prompt.shape[1] + n
+    assert drafts
+    for so_far, drafted in drafts:
+        assert drafted == min(gamma, prompt.shape[1] + n - so_far - 1)
+    assert {name: getattr(config, name, None) for name in bench.ASSISTANT_SETTINGS} == before
+
+
+# ------------------------------------------------------------------------------------------ command line
+def test_main_writes_json_and_prints_a_table(pair, tmp_path, monkeypatch, capsys):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("ab\n\ncd e\nfgh\n")
+    out = tmp_path / "sub" / "bench.json"
+    monkeypatch.setattr(bench, "load_pair", lambda name: pair)
+    argv = ["--quick", "--prompts", str(prompts), "--out", str(out), "--max-new-tokens", "5", "--no-progress"]
+    bench.main(argv)
+    data = json.loads(out.read_text())  # strict JSON: NaN would have been written as null
+    assert data["command"].startswith("python -m helpers.bench --quick")
+    assert data["settings"]["prompts"] == ["ab", "cd e"]  # --quick: the first 2 prompts
+    assert data["settings"]["gammas"] == [1, 4] and data["settings"]["repeats"] == 1
+    assert data["settings"]["max_new_tokens"] == 5  # an explicit option beats --quick
+    assert set(data["cost"]["r"]) == {"1", "4"}
+    assert all(row["new_tokens"] == [5] for row in data["configurations"])
+    printed = capsys.readouterr().out
+    assert "| configuration |" in printed and str(out) in printed
+
+
+def test_parse_args_defaults():
+    args = bench.parse_args([])
+    assert args.gammas == list(range(1, 11)) and args.repeats == 3 and args.max_new_tokens == 48
+    assert args.temperature == 0 and args.pair == "pocket"
+    assert args.prompts == bench.DEFAULT_PROMPTS and args.prompts.is_file()
+    quick = bench.parse_args(["--quick", "--gammas", "2,3"])
+    assert quick.gammas == [2, 3] and quick.repeats == 1 and quick.max_new_tokens == 24
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--gammas", "1,x"])

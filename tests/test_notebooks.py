@@ -1,0 +1,87 @@
+"""The notebooks' form: parameters cell, Colab badge and setup cell, executed and clean, and reference solutions
+that pass their own self-checks. (nbval executes the notebooks themselves; see README.)"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import helpers
+from helpers.tutorial import numbered_notebooks
+
+NOTEBOOKS = numbered_notebooks()
+
+
+def cells(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["cells"]
+
+
+def source(cell: dict) -> str:
+    return "".join(cell["source"])
+
+
+def test_there_are_numbered_notebooks():
+    assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(len(NOTEBOOKS))]
+    assert len(NOTEBOOKS) >= 4
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_form(path):
+    nb = cells(path)
+    params = [c for c in nb if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(params) == 1 and 'PAIR = "pocket"' in source(params[0]), "one papermill parameters cell"
+    assert f"colab.research.google.com/github/{helpers.REPO_URL.removeprefix('https://github.com/')}" \
+           f"/blob/main/notebooks/{path.name}" in source(nb[0]), "Colab badge pointing at this notebook"
+    setup = source(nb[1])
+    assert "google.colab" in setup and helpers.REPO_URL in setup, "the Colab setup cell comes first"
+    code = [c for c in nb if c["cell_type"] == "code" and source(c).strip()]
+    assert all(c["execution_count"] is not None for c in code), "committed executed"
+    assert not any("execution" in c.get("metadata", {}) for c in code), "clean metadata (nbstripout)"
+    assert any("assert " in source(c) for c in code), "claims are checked by asserts"
+
+
+def test_setup_cells_are_identical():
+    assert len({source(cells(p)[1]) for p in NOTEBOOKS}) == 1
+
+
+def exercises() -> list[tuple[str, str, str]]:
+    """(notebook, check call, reference solution) for every self-checked exercise."""
+    found = []
+    for path in NOTEBOOKS:
+        nb = cells(path)
+        for i, cell in enumerate(nb):
+            call = re.search(r"^check_\w+\(.*\)$", source(cell), re.M) if cell["cell_type"] == "code" else None
+            if call:
+                solution = re.search(r"<details>.*?```python\n(.*?)```", source(nb[i + 1]), re.S)
+                assert solution, f"{path.name}: the exercise before cell {i + 1} needs a reference solution"
+                found.append((path.name, call.group(0), solution.group(1)))
+    return found
+
+
+@pytest.mark.parametrize(("notebook", "call", "solution"), exercises(), ids=lambda v: str(v)[:40])
+def test_reference_solutions_pass_their_checks(notebook, call, solution):
+    import helpers.exercises
+
+    namespace = {"torch": torch, **vars(helpers.exercises)}
+    exec(solution, namespace)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(call, namespace)
+    assert "✅" in out.getvalue(), f"{notebook}: {call} -> {out.getvalue()}"
+
+
+def test_placeholders_do_not_pass():
+    import helpers.exercises
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        helpers.exercises.check_alpha_for_greedy(None)
+    assert "not attempted" in out.getvalue()
+    with pytest.raises(AssertionError, match="V_head"):
+        helpers.exercises.check_alpha_for_greedy(0.5)
