@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 OUT    ?= output
 
-.PHONY: setup models tutorial test lint lab bench clean
+.PHONY: setup models tutorial test lint lab bench notebooks clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,12 @@ lab: models  ## JupyterLab on the repository
 
 bench: models  ## speed benchmark (see README)
 	$(PY) -m helpers.bench --out $(OUT)/bench.json
+
+notebooks: export BIG_SMALL_HEADLESS=1
+notebooks: models  ## maintainers: re-execute the committed notebooks in place, then strip volatile metadata
+	cd notebooks && for nb in [0-9][0-9]_*.ipynb; do \
+		../$(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace "$$nb" || exit 1; done
+	$(VENV)/bin/nbstripout --keep-output --keep-count notebooks/*.ipynb
 
 clean:
 	rm -rf $(OUT) .pytest_cache
