@@ -444,6 +444,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true",
                         help=f"gammas {QUICK['gammas']}, {QUICK['prompts']} prompts, repeats {QUICK['repeats']}, "
                              f"{QUICK['max_new_tokens']} tokens (explicit options still win)")
+    parser.add_argument("--n-prompts", type=int, default=None,
+                        help=f"use only the first N prompts of the file (default all; --quick: {QUICK['prompts']})")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
@@ -454,6 +456,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.repeats = preset["repeats"]
     if args.max_new_tokens is None:
         args.max_new_tokens = preset["max_new_tokens"]
+    if args.n_prompts is None and args.quick:
+        args.n_prompts = QUICK["prompts"]
     return args
 
 
@@ -468,7 +472,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     """Parse the options, load the pair, run the benchmark, write the JSON and print the table."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    prompts = read_prompts(args.prompts, QUICK["prompts"] if args.quick else None)
+    prompts = read_prompts(args.prompts, args.n_prompts)
     pair = load_pair(args.pair)
     result = run_benchmark(pair, prompts, args.gammas, repeats=args.repeats, max_new_tokens=args.max_new_tokens,
                            temperature=args.temperature, seed=args.seed, progress=not args.no_progress)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import torch
 
 from helpers.decoding import contrastive_scores, probabilities
+from helpers.metrics import distinct_n
 from helpers.timing import expected_tokens, predicted_speedup
 
 
@@ -131,4 +132,38 @@ def check_best_gamma(gamma: int | None, *, alpha: float = 0.8, c: float = 0.1, r
     best = max(range(1, 21), key=lambda g: predicted_speedup(alpha, g, c, r))
     assert gamma == best, (f"predicted speedup = E[tokens] / (γ·c + r); evaluate it for γ = 1..20 "
                            f"(γ={gamma} gives {predicted_speedup(alpha, gamma, c, r):.2f}×)")
+    _ok(what)
+
+
+# --------------------------------------------------------------------------------------- notebook 04
+def check_distinct_n(fn: Callable[[str, int], float]) -> None:
+    """04, exercise 1: ``fn(text, n)`` -> distinct-n, the share of unique word n-grams."""
+    what = "distinct-n"
+    if _pending(fn("a b a b", 1), what):
+        return
+    for text, n in (("a b a b", 1), ("a b a b", 2), ("the cat sat on the mat", 1), ("x x x x", 3),
+                    ("one two three", 2)):
+        got = float(fn(text, n))
+        assert math.isclose(got, distinct_n(text, n)), (
+            "split on whitespace, form the n-grams as tuples of n consecutive words, and divide the number of "
+            f"different n-grams by the number of n-grams (for {text!r}, n={n}: expected {distinct_n(text, n):.3f})")
+    _ok(what)
+
+
+def check_break_even_alpha(alpha: float | None, *, gamma: int, c: float, r: float) -> None:
+    """04, exercise 2: the acceptance rate α at which speculative decoding with (γ, c, r) is exactly as fast as
+    naive decoding (predicted speedup = 1), to two decimals."""
+    what = f"break-even α for γ={gamma}, c={c:.2f}, r={r:.2f}"
+    if _pending(alpha, what):
+        return
+    if predicted_speedup(0.999, gamma, c, r) < 1:
+        assert alpha >= 1, "even α → 1 gives no speedup with these costs: the answer is 'none' (any value ≥ 1)"
+    else:
+        low, high = 0.0, 0.999
+        for _ in range(60):
+            mid = (low + high) / 2
+            low, high = (mid, high) if predicted_speedup(mid, gamma, c, r) < 1 else (low, mid)
+        assert abs(alpha - low) < 0.01, ("solve E[tokens](α, γ) / (γc + r) = 1 for α: bisection on "
+                                         f"helpers.timing.predicted_speedup works (your α gives "
+                                         f"{predicted_speedup(min(alpha, 0.999), gamma, c, r):.2f}×)")
     _ok(what)

@@ -163,12 +163,13 @@ def speculative_stepper(tokenizer, iterations: Sequence[SpecIteration], *, inter
     if interactive is None:
         interactive = not os.environ.get("BIG_SMALL_HEADLESS")
     if not interactive:
-        plt.show(speculative_iterations(tokenizer, iterations, title="all iterations"))
+        speculative_iterations(tokenizer, iterations, title="all iterations")
+        plt.show()
         for n, it in enumerate(iterations, 1):
             print(f"#{n}: {describe_iteration(tokenizer, it)}")
         return None
     import ipywidgets as widgets
-    from IPython.display import clear_output
+    from IPython.display import clear_output, display
 
     out, button, shown = widgets.Output(), widgets.Button(description="next iteration ▶"), [0]
 
@@ -176,11 +177,81 @@ def speculative_stepper(tokenizer, iterations: Sequence[SpecIteration], *, inter
         shown[0] = min(shown[0] + 1, len(iterations))
         with out:
             clear_output(wait=True)
-            plt.show(speculative_iterations(tokenizer, iterations[:shown[0]],
-                                            title=f"iteration {shown[0]} of {len(iterations)}"))
+            fig = speculative_iterations(tokenizer, iterations[:shown[0]],
+                                         title=f"iteration {shown[0]} of {len(iterations)}")
+            display(fig)
+            plt.close(fig)
             print(describe_iteration(tokenizer, iterations[shown[0] - 1]))
         button.disabled = shown[0] == len(iterations)
 
     button.on_click(step)
     step()
     return widgets.VBox([button, out])
+
+
+def quality_bars(table: dict[str, dict[str, tuple[float, float]]], metrics: Sequence[str], *,
+                 title: str = "") -> Figure:
+    """Notebook 04: mean ± std of a few metrics per method, one panel per metric."""
+    fig, axes = plt.subplots(1, len(metrics), figsize=(3.3 * len(metrics), 3.4), squeeze=False)
+    methods = list(table)
+    for ax, metric in zip(axes[0], metrics, strict=True):
+        means = [table[m][metric][0] for m in methods]
+        stds = [table[m][metric][1] for m in methods]
+        ax.bar(range(len(methods)), means, yerr=stds, capsize=3,
+               color=[COLORS["amateur"] if m.startswith("contrastive") else COLORS["expert"] for m in methods])
+        ax.set_xticks(range(len(methods)), methods, rotation=35, ha="right", fontsize=8)
+        ax.set_title(metric, fontsize=10)
+        if metric == "perplexity":
+            ax.set_yscale("log")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def speed_by_gamma(result: dict, *, title: str = "") -> Figure:
+    """Notebook 04: the source article's bar chart done fairly -- per-token time of speculative decoding for each
+    γ, against naive decoding with a KV cache (our baseline) and without one (the article's baseline)."""
+    configs = {c["name"]: c for c in result["configurations"]}
+    spec = sorted((c for c in result["configurations"] if c["method"] == "speculative"), key=lambda c: c["gamma"])
+    fig, ax = plt.subplots(figsize=(8, 4))
+    gammas = [c["gamma"] for c in spec]
+    ax.bar(gammas, [1000 * c["per_token_s"]["median"] for c in spec], width=0.6, color=COLORS["accepted"],
+           label="speculative (ours)")
+    for name, color, label in (("naive", COLORS["expert"], "naive, KV cache (fair baseline)"),
+                               ("naive_nocache", COLORS["rejected"], "naive, no cache (the article's baseline)")):
+        if name in configs:
+            ax.axhline(1000 * configs[name]["per_token_s"]["median"], color=color, ls="--", label=label)
+    ax.set_xlabel("γ (draft tokens per iteration)")
+    ax.set_ylabel("ms per token (median)")
+    ax.set_xticks(gammas)
+    ax.legend(fontsize=8)
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def speedup_surface(cs: Sequence[float], *, r: float = 1.0, points: Sequence[tuple[float, int, float, str]] = (),
+                    title: str = "") -> Figure:
+    """Notebook 04: Leviathan et al.'s predicted speedup E[tokens] / (γc + r) over α × γ, one panel per draft cost
+    c; the contour at 1 separates "faster" from "slower". ``points`` = (α, γ, c, label) are drawn in the panel
+    with the nearest c."""
+    from helpers.timing import predicted_speedup
+
+    alphas = torch.linspace(0.01, 0.99, 99)
+    gammas = list(range(1, 11))
+    fig, axes = plt.subplots(1, len(cs), figsize=(4.2 * len(cs), 3.6), squeeze=False, sharey=True)
+    for ax, c in zip(axes[0], cs, strict=True):
+        grid = torch.tensor([[predicted_speedup(float(a), g, c, r) for a in alphas] for g in gammas])
+        mesh = ax.contourf(alphas, gammas, grid, levels=20, cmap="viridis")
+        ax.contour(alphas, gammas, grid, levels=[1.0], colors="white", linewidths=1.5)
+        fig.colorbar(mesh, ax=ax, label="predicted speedup")
+        ax.set_title(f"c = {c}, r = {r}")
+        ax.set_xlabel("α (acceptance rate)")
+        for alpha, gamma, pc, label in points:
+            if min(cs, key=lambda x: abs(x - pc)) == c:
+                ax.plot(alpha, gamma, "o", color=COLORS["rejected"], ms=8)
+                ax.annotate(label, (alpha, gamma), color="white", xytext=(5, 5), textcoords="offset points")
+    axes[0][0].set_ylabel("γ")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig

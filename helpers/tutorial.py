@@ -7,6 +7,7 @@ changed. Parameters can be passed to every notebook, e.g. ``-p PAIR gpt2`` on a 
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import sys
 import time
@@ -57,8 +58,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _literal(value: str) -> object:
-    import ast
-
     try:
         return ast.literal_eval(value)
     except (ValueError, SyntaxError):

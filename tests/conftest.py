@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaForCausalLM
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from tokenizers.pre_tokenizers import Whitespace
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from helpers.models import Pair, load_pair, tiny_random_model
 
 VOCAB = 12
 EOS = VOCAB - 1
+WORDS = [f"w{i}" for i in range(10)]  # + <unk>, <eos> = the 12-token vocabulary of the tiny models
+
+
+def word_tokenizer(words: list[str]) -> PreTrainedTokenizerFast:
+    """A whitespace word-level tokenizer: <unk> = 0, <eos> = 1, then the words."""
+    vocab = {w: i for i, w in enumerate(["<unk>", "<eos>", *words])}
+    backend = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", eos_token="<eos>")
 
 
 def tiny_llama(seed: int, *, layers: int = 1, vocab: int = VOCAB, scale: float = 6.0) -> LlamaForCausalLM:
@@ -34,6 +46,13 @@ def one_thread():
 @pytest.fixture
 def prompt() -> torch.Tensor:
     return torch.tensor([[1, 2, 3]])
+
+
+@pytest.fixture(scope="session")
+def tiny_text_pair(tiny_pair) -> Pair:
+    """The tiny models with a word tokenizer, as a Pair (for code that encodes and decodes text)."""
+    return Pair(expert=tiny_pair[0], amateur=tiny_pair[1], tokenizer=word_tokenizer(WORDS), name="tiny",
+                expert_name="tiny-expert", amateur_name="tiny-amateur", source="built in the tests")
 
 
 @pytest.fixture(scope="session")

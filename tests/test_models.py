@@ -4,25 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_llama
-from tokenizers import Tokenizer
-from tokenizers.models import WordLevel
-from tokenizers.pre_tokenizers import Whitespace
-from transformers import PreTrainedTokenizerFast
+from conftest import WORDS, tiny_llama, word_tokenizer
 
 from helpers import models
 from helpers.decoding import naive
 from helpers.models import check_same_tokenizer, count_parameters, early_exit, load_pair
-
-
-def word_tokenizer(words: list[str]) -> PreTrainedTokenizerFast:
-    vocab = {w: i for i, w in enumerate(["<unk>", "<eos>", *words])}
-    backend = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = Whitespace()
-    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", eos_token="<eos>")
-
-
-WORDS = [f"w{i}" for i in range(10)]  # + <unk>, <eos> = the 12-token vocabulary of conftest.tiny_llama
 
 
 @pytest.fixture

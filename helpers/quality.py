@@ -1,0 +1,154 @@
+"""Text quality of the decoding methods (notebook 04, and ``python -m helpers.quality``).
+
+For every prompt, each method writes continuations; each continuation gets the lexical metrics of
+:mod:`helpers.metrics` (on the continuation only, and once more with the prompt included, as the source article
+measured) and the expert's perplexity of it. Sampling methods write ``samples`` continuations per prompt with
+different seeds; greedy and contrastive decoding are deterministic, so they write one.
+
+``python -m helpers.quality [--quick] [--pair pocket] [--prompts data/prompts.txt] [--samples 2] [--out F]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from helpers.decoding import contrastive, naive
+from helpers.metrics import perplexity, summarize, text_metrics
+from helpers.models import Pair, load_pair
+
+REPO = Path(__file__).resolve().parent.parent
+ARTICLE_PROMPTS = REPO / "data" / "article_prompts.txt"
+PROMPTS = REPO / "data" / "prompts.txt"
+
+Method = Callable[[Pair, torch.Tensor, int, torch.Generator], list[int]]
+
+
+def _sampling(**knobs: float) -> Method:
+    def run(pair: Pair, ids: torch.Tensor, n: int, generator: torch.Generator) -> list[int]:
+        return naive(pair.expert, ids, max_new_tokens=n, generator=generator, eos_token_id=pair.eos_token_id,
+                     **knobs).new_token_ids
+    return run
+
+
+def _contrastive(alpha: float) -> Method:
+    def run(pair: Pair, ids: torch.Tensor, n: int, generator: torch.Generator) -> list[int]:
+        return contrastive(pair.expert, pair.amateur, ids, max_new_tokens=n, alpha=alpha,
+                           eos_token_id=pair.eos_token_id).new_token_ids
+    return run
+
+
+METHODS: dict[str, tuple[Method, bool]] = {
+    "sampling T=1": (_sampling(temperature=1.0), True),
+    "greedy": (_sampling(temperature=0), False),
+    "top-p 0.95": (_sampling(top_p=0.95), True),
+    "contrastive α=0.1": (_contrastive(0.1), False),
+}
+"""name -> (method, samples?) -- the four methods of issue/notebook 04; deterministic ones run once."""
+
+
+def read_prompts(path: Path | str, limit: int | None = None) -> list[str]:
+    prompts = [line.strip() for line in Path(path).read_text().splitlines() if line.strip()]
+    return prompts[:limit] if limit else prompts
+
+
+def evaluate(pair: Pair, prompts: Sequence[str], *, samples: int = 2, max_new_tokens: int = 48, seed: int = 0,
+             methods: Sequence[str] = tuple(METHODS), progress: bool = True) -> list[dict]:
+    """One row per (prompt, method, sample): the text, its metrics and the expert's perplexity of it."""
+    unknown = set(methods) - set(METHODS)
+    if unknown:
+        raise ValueError(f"unknown methods {sorted(unknown)}; choose from {list(METHODS)}")
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    jobs = [(p, m, s) for p in prompts for m in methods for s in range(samples if METHODS[m][1] else 1)]
+    rows = []
+    for i, (prompt, name, sample) in enumerate(tqdm(jobs, desc="quality", disable=not progress)):
+        ids = pair.encode(prompt)
+        new = METHODS[name][0](pair, ids, max_new_tokens, torch.Generator().manual_seed(seed + i))
+        text = pair.decode(new)
+        rows.append({"prompt": prompt, "method": name, "sample": sample, "text": text, "n_tokens": len(new),
+                     **text_metrics(text),
+                     "perplexity": perplexity(pair.expert, ids, new) if new else float("nan"),
+                     "with_prompt": text_metrics(prompt + text)})
+    return rows
+
+
+METRICS = ("entropy-1", "entropy-2", "entropy-3", "distinct-1", "distinct-2", "rep-2", "rep-3", "rep-4",
+           "diversity", "perplexity")
+
+
+def summary(rows: Sequence[dict], *, with_prompt: bool = False) -> dict[str, dict[str, tuple[float, float]]]:
+    """method -> metric -> (mean, std) over all rows of that method."""
+    out = {}
+    for method in dict.fromkeys(r["method"] for r in rows):
+        mine = [r["with_prompt"] if with_prompt else {k: r[k] for k in METRICS} for r in rows
+                if r["method"] == method]
+        out[method] = summarize(mine)
+    return out
+
+
+def markdown_table(table: dict[str, dict[str, tuple[float, float]]]) -> str:
+    """Metrics as rows, methods as columns, mean ± std (the shape of the source article's results)."""
+    methods = list(table)
+    metrics = [m for m in METRICS if m in next(iter(table.values()))]
+    lines = ["| metric | " + " | ".join(methods) + " |", "|---|" + "---:|" * len(methods)]
+    for metric in metrics:
+        cells = [f"{table[m][metric][0]:.3f} ± {table[m][metric][1]:.3f}" for m in methods]
+        lines.append(f"| {metric} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def run(pair_name: str, prompt_files: Sequence[Path], samples: int, max_new_tokens: int, seed: int,
+        limit: int | None = None, progress: bool = True) -> dict:
+    """Evaluate every prompt file; returns the JSON-ready result with rows and summaries."""
+    start = time.perf_counter()
+    pair = load_pair(pair_name)
+    result = {"command": "python -m helpers.quality " + shlex.join(sys.argv[1:]),
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "settings": {"pair": pair_name, "expert": pair.expert_name, "amateur": pair.amateur_name,
+                           "samples": samples, "max_new_tokens": max_new_tokens, "seed": seed,
+                           "torch": torch.__version__, "threads": torch.get_num_threads()},
+              "sets": {}}
+    for path in prompt_files:
+        rows = evaluate(pair, read_prompts(path, limit), samples=samples, max_new_tokens=max_new_tokens,
+                        seed=seed, progress=progress)
+        result["sets"][Path(path).name] = {"rows": rows, "summary": summary(rows),
+                                           "summary_with_prompt": summary(rows, with_prompt=True)}
+    result["wall_s"] = time.perf_counter() - start
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m helpers.quality", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pair", default="pocket")
+    parser.add_argument("--prompts", type=Path, nargs="+", default=[ARTICLE_PROMPTS, PROMPTS],
+                        help="prompt files, one prompt per line (default: the article's five + data/prompts.txt)")
+    parser.add_argument("--samples", type=int, default=3, help="continuations per prompt for sampling methods")
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--limit", type=int, default=None, help="use only the first N prompts of each file")
+    parser.add_argument("--quick", action="store_true", help="2 prompts per file, 1 sample, 24 tokens")
+    parser.add_argument("--out", type=Path, default=REPO / "output" / "quality.json")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.limit, args.samples, args.max_new_tokens = args.limit or 2, 1, 24
+    result = run(args.pair, args.prompts, args.samples, args.max_new_tokens, args.seed, args.limit)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False))
+    for name, data in result["sets"].items():
+        print(f"\n### {name}: continuation only\n\n{markdown_table(data['summary'])}")
+    print(f"\nwrote {args.out} in {result['wall_s']:.0f} s")
+    return result
+
+
+if __name__ == "__main__":
+    main()

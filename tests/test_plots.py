@@ -1,0 +1,64 @@
+"""helpers.plots: every picture draws from real decoder output, and save() writes where it is told."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import torch
+from matplotlib.figure import Figure
+
+from helpers import plots
+from helpers.decoding import contrastive, speculative
+
+
+def test_pictures_of_decoder_traces(tiny_text_pair, prompt, capsys):
+    pair = tiny_text_pair
+    spec = speculative(pair.expert, pair.amateur, prompt, max_new_tokens=12, gamma=3,
+                       generator=torch.Generator().manual_seed(0))
+    cd = contrastive(pair.expert, pair.amateur, prompt, max_new_tokens=2)
+    p = torch.softmax(torch.randn(12), -1)
+    figures = [
+        plots.next_token_bars(pair.tokenizer, p, p.flip(0), k=5),
+        plots.contrastive_step(pair.tokenizer, cd.trace[0], alpha=0.1),
+        plots.speculative_iterations(pair.tokenizer, spec.trace),
+        plots.distribution_check(p, {"a": p, "b": p.flip(0)}, [str(i) for i in range(12)]),
+        plots.sweep([0.1, 0.01], {"x": [1, 2], "y": [3, 4]}, xlabel="α", log_x=True),
+        plots.speedup_surface([0.1, 0.9], r=1.5, points=[(0.5, 2, 0.9, "here")]),
+    ]
+    assert all(isinstance(f, Figure) for f in figures)
+    assert plots.speculative_stepper(pair.tokenizer, spec.trace, interactive=False) is None
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(spec.trace) and lines[0].startswith("#1: drafted 3")
+    assert plots.show_token(pair.tokenizer, 3) == "w1"
+
+
+def test_describe_iteration_names_what_happened(tiny_text_pair, prompt):
+    spec = speculative(tiny_text_pair.expert, tiny_text_pair.amateur, prompt, max_new_tokens=30, gamma=2,
+                       generator=torch.Generator().manual_seed(1))
+    texts = [plots.describe_iteration(tiny_text_pair.tokenizer, it) for it in spec.trace]
+    assert any("rejected" in t and "resampled" in t for t in texts)
+    assert any("bonus" in t for t in texts)
+
+
+def test_quality_and_speed_pictures():
+    table = {"greedy": {"diversity": (0.5, 0.1), "perplexity": (3.0, 1.0)},
+             "contrastive α=0.1": {"diversity": (0.9, 0.05), "perplexity": (8.0, 2.0)}}
+    assert isinstance(plots.quality_bars(table, ["diversity", "perplexity"]), Figure)
+    result = {"configurations": [
+        {"name": "naive", "method": "naive", "gamma": None, "per_token_s": {"median": 0.05}},
+        {"name": "naive_nocache", "method": "naive", "gamma": None, "per_token_s": {"median": 0.1}},
+        {"name": "speculative_g1", "method": "speculative", "gamma": 1, "per_token_s": {"median": 0.08}},
+        {"name": "speculative_g2", "method": "speculative", "gamma": 2, "per_token_s": {"median": 0.09}}]}
+    assert isinstance(plots.speed_by_gamma(result), Figure)
+
+
+def test_save_writes_png_only_when_asked(tmp_path, monkeypatch):
+    fig = plots.sweep([1, 2], {"x": [1, 2]}, xlabel="n")
+    monkeypatch.delenv("BIG_SMALL_FIGURES", raising=False)
+    plots.save(fig, "nothing")
+    assert not list(tmp_path.iterdir())
+    monkeypatch.setenv("BIG_SMALL_FIGURES", str(tmp_path / "figs"))
+    plots.save(fig, "sweep")
+    assert (tmp_path / "figs" / "sweep.png").stat().st_size > 1000

@@ -1,0 +1,62 @@
+"""helpers.quality on the tiny models with a word tokenizer: rows, summaries, table and the command line."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from helpers import quality
+from helpers.quality import METHODS, evaluate, markdown_table, summary
+
+
+@pytest.fixture
+def rows(tiny_text_pair):
+    return evaluate(tiny_text_pair, ["w1 w2 w3", "w4 w5"], samples=2, max_new_tokens=6, progress=False)
+
+
+def test_every_method_writes_the_right_number_of_samples(rows):
+    counts = {m: sum(r["method"] == m for r in rows) for m in METHODS}
+    assert counts == {"sampling T=1": 4, "greedy": 2, "top-p 0.95": 4, "contrastive α=0.1": 2}
+    for row in rows:
+        assert 0 < row["n_tokens"] <= 6
+        assert 0 <= row["diversity"] <= 1 and row["perplexity"] > 0
+        assert row["with_prompt"]["entropy-1"] >= 0
+
+
+def test_sampled_rows_differ_by_seed_and_rerun_identically(tiny_text_pair, rows):
+    again = evaluate(tiny_text_pair, ["w1 w2 w3", "w4 w5"], samples=2, max_new_tokens=6, progress=False)
+    assert [r["text"] for r in again] == [r["text"] for r in rows]
+    sampled = [r["text"] for r in rows if r["method"] == "sampling T=1"]
+    assert len(set(sampled)) > 1
+
+
+def test_summary_and_table(rows):
+    table = summary(rows)
+    assert set(table) == set(METHODS)
+    mean, std = table["greedy"]["diversity"]
+    assert 0 <= mean <= 1 and std >= 0 and not math.isnan(mean)
+    text = markdown_table(table)
+    assert text.splitlines()[0].startswith("| metric | sampling T=1")
+    assert "| perplexity |" in text and " ± " in text
+    assert set(summary(rows, with_prompt=True)["greedy"]) >= {"entropy-1", "diversity"}
+
+
+def test_bad_arguments(tiny_text_pair):
+    with pytest.raises(ValueError, match="unknown methods"):
+        evaluate(tiny_text_pair, ["w1"], methods=["beam"])
+    with pytest.raises(ValueError, match="samples"):
+        evaluate(tiny_text_pair, ["w1"], samples=0)
+
+
+def test_command_line_writes_json(tiny_text_pair, tmp_path, monkeypatch, capsys):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("w1 w2\nw3\n\nw4\n")
+    monkeypatch.setattr(quality, "load_pair", lambda name: tiny_text_pair)
+    out = tmp_path / "q.json"
+    quality.main(["--prompts", str(prompts), "--quick", "--out", str(out)])
+    result = json.loads(out.read_text())
+    assert result["settings"]["samples"] == 1 and result["settings"]["max_new_tokens"] == 24
+    assert {r["prompt"] for r in result["sets"]["p.txt"]["rows"]} == {"w1 w2", "w3"}  # --quick: 2 prompts
+    assert "### p.txt" in capsys.readouterr().out
