@@ -18,6 +18,7 @@ import inspect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
@@ -268,17 +269,25 @@ def _check_pair_args(alpha: float | None = None, amateur_temperature: float | No
         raise ValueError(f"gamma (draft length) must be an int >= 1, got {gamma!r}")
 
 
-def contrastive_scores(expert_logits: torch.Tensor, amateur_logits: torch.Tensor, alpha: float = 0.1,
-                       amateur_temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Li et al. Eq. (3)-(4): the CD score log p_exp - log p_ama(τ), and the plausibility mask V_head.
+class ContrastiveScores(NamedTuple):
+    scores: torch.Tensor
+    """log p_exp - log p_ama inside V_head, -inf outside: ``scores.argmax()`` is the CD choice."""
+    in_head: torch.Tensor
+    """The plausibility mask V_head."""
+    log_p_exp: torch.Tensor
+    log_p_ama: torch.Tensor
+    """The amateur's log-probabilities at temperature τ."""
 
-    Returns ``(scores, in_head)``; scores outside V_head are -inf, so ``scores.argmax()`` is the CD choice.
-    """
+
+def contrastive_scores(expert_logits: torch.Tensor, amateur_logits: torch.Tensor, alpha: float = 0.1,
+                       amateur_temperature: float = 1.0) -> ContrastiveScores:
+    """Li et al. Eq. (3)-(4): the CD score log p_exp - log p_ama(τ), restricted to the plausibility mask
+    V_head = {x : p_exp(x) >= α · max p_exp}."""
     log_p_exp = torch.log_softmax(expert_logits.float(), dim=-1)
     log_p_ama = torch.log_softmax(amateur_logits.float() / amateur_temperature, dim=-1)
     in_head = log_p_exp >= math.log(alpha) + log_p_exp.max(dim=-1, keepdim=True).values
     scores = (log_p_exp - log_p_ama).masked_fill(~in_head, -math.inf)
-    return scores, in_head
+    return ContrastiveScores(scores, in_head, log_p_exp, log_p_ama)
 
 
 def contrastive(expert: PreTrainedModel, amateur: PreTrainedModel, input_ids: torch.Tensor, *,
@@ -295,15 +304,12 @@ def contrastive(expert: PreTrainedModel, amateur: PreTrainedModel, input_ids: to
     new: list[int] = []
     trace: list[ContrastiveStep] = []
     while len(new) < max_new_tokens:
-        expert_logits, amateur_logits = exp.logits()[-1], ama.logits()[-1]
-        scores, in_head = contrastive_scores(expert_logits, amateur_logits, alpha, amateur_temperature)
-        token = int(scores.argmax())
-        p_exp = torch.softmax(expert_logits.float(), -1)
-        p_ama = torch.softmax(amateur_logits.float() / amateur_temperature, -1)
-        top = torch.topk(p_exp, min(trace_top, p_exp.shape[-1])).indices.tolist()
+        cd = contrastive_scores(exp.logits()[-1], ama.logits()[-1], alpha, amateur_temperature)
+        token = int(cd.scores.argmax())
+        top = torch.topk(cd.log_p_exp, min(trace_top, cd.log_p_exp.shape[-1])).indices.tolist()
         trace.append(ContrastiveStep(
-            [Candidate(t, float(p_exp[t]), float(p_ama[t]), float(torch.log(p_exp[t]) - torch.log(p_ama[t])),
-                       bool(in_head[t])) for t in top], token))
+            [Candidate(t, math.exp(cd.log_p_exp[t]), math.exp(cd.log_p_ama[t]),
+                       float(cd.log_p_exp[t] - cd.log_p_ama[t]), bool(cd.in_head[t])) for t in top], token))
         new.append(token)
         exp.append([token])
         ama.append([token])
@@ -350,10 +356,11 @@ def speculative(expert: PreTrainedModel, amateur: PreTrainedModel, input_ids: to
         for i, x in enumerate(draft):
             p_x, q_x = float(ps[i, x]), float(qs[i][x])
             stats.betas.append(float(torch.minimum(ps[i], qs[i]).sum()))
-            if not (p_x >= q_x or _uniform(generator) < p_x / q_x):
+            accepted = p_x >= q_x or (temperature > 0 and _uniform(generator) < p_x / q_x)
+            if not accepted:
                 residual = torch.clamp(ps[i] - qs[i], min=0)
-                last_token = _pick(residual / residual.sum() if residual.sum() > 0 else ps[i],
-                                   temperature, generator)
+                mass = residual.sum()
+                last_token = _pick(residual / mass if mass > 0 else ps[i], temperature, generator)
                 last_kind = "resampled"
                 break
             n_accepted += 1
