@@ -245,7 +245,7 @@ def speedup_surface(cs: Sequence[float], *, r: float = 1.0, points: Sequence[tup
         mesh = ax.contourf(alphas, gammas, grid, levels=20, cmap="viridis")
         ax.contour(alphas, gammas, grid, levels=[1.0], colors="white", linewidths=1.5)
         fig.colorbar(mesh, ax=ax, label="predicted speedup")
-        ax.set_title(f"c = {c}, r = {r}")
+        ax.set_title(f"c = {c:g}, r = {r:.2f}")
         ax.set_xlabel("α (acceptance rate)")
         for alpha, gamma, pc, label in points:
             if min(cs, key=lambda x: abs(x - pc)) == c:
