@@ -256,22 +256,22 @@ def _load_model(name: str, device: torch.device, dtype: torch.dtype) -> tuple[Pr
     transformers_logging.disable_progress_bar()  # per-file loading bars: noise in notebooks and logs
     if name == POCKET_EXPERT:
         name = str(pocket_folder())
-    local = Path(name).is_dir()
-    for local_only in (True, False):
-        if not local_only and (local or os.environ.get("HF_HUB_OFFLINE") or not _hub_reachable()):
+    def load(local_only: bool) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+        tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local_only)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, local_files_only=local_only)
+        return model.to(device).eval(), tokenizer
+
+    if Path(name).is_dir():
+        return load(local_only=True)
+    try:
+        return load(local_only=True)  # already in the local Hugging Face cache?
+    except OSError:
+        if os.environ.get("HF_HUB_OFFLINE") or not _hub_reachable():
             raise RuntimeError(
                 f"Cannot load {name!r}: it is neither a local folder nor in the Hugging Face cache, and the hub is "
                 f"not reachable. Use the offline preset instead: load_pair('pocket') (PAIR = 'pocket')."
-            )
-        try:
-            kwargs = {"local_files_only": local_only}
-            tokenizer = AutoTokenizer.from_pretrained(name, **kwargs)
-            model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, **kwargs)
-            return model.to(device).eval(), tokenizer
-        except OSError:
-            if local:
-                raise
-    raise AssertionError("unreachable")
+            ) from None
+    return load(local_only=False)
 
 
 def check_same_tokenizer(expert_tok: PreTrainedTokenizerBase, amateur_tok: PreTrainedTokenizerBase,
