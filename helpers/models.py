@@ -230,8 +230,23 @@ def early_exit(expert: PreTrainedModel, n_layers: int = EARLY_EXIT_LAYERS) -> Pr
     return amateur.eval()
 
 
-AMATEURS: dict[str, Callable[[PreTrainedModel], PreTrainedModel]] = {"early-exit": early_exit}
-"""Amateurs built from the expert, by name. ``"early-exit-K"`` keeps K layers."""
+def self_draft(expert: PreTrainedModel, dtype: torch.dtype = torch.float16) -> PreTrainedModel:
+    """A lower-precision copy of the expert, as a *draft* for speculative decoding (notebook 06).
+
+    It proposes almost exactly the expert's tokens at a fraction of the cost where the hardware has fast
+    half-precision kernels; the full-precision expert still verifies, so the output stays the expert's exactly.
+    """
+    draft = copy.deepcopy(expert).to(dtype)
+    return draft.eval()
+
+
+AMATEURS: dict[str, Callable[[PreTrainedModel], PreTrainedModel]] = {
+    "early-exit": early_exit,
+    "self-fp16": self_draft,
+    "self-bf16": lambda expert: self_draft(expert, torch.bfloat16),
+}
+"""Amateurs built from the expert, by name. ``"early-exit-K"`` keeps K layers; ``"self-fp16"``/``"self-bf16"``
+are half-precision copies of the expert (self-drafting)."""
 
 
 def _build_amateur(name: str, expert: PreTrainedModel) -> PreTrainedModel | None:
