@@ -240,13 +240,27 @@ def self_draft(expert: PreTrainedModel, dtype: torch.dtype = torch.float16) -> P
     return draft.eval()
 
 
+DRAFT_FOLDER = Path(__file__).resolve().parent.parent / "data" / "pocket-draft"
+"""The draft distilled from the pocket expert by ``python -m helpers.distill`` (notebook 05), committed in data/."""
+
+
+def distilled_draft(expert: PreTrainedModel, folder: Path = DRAFT_FOLDER) -> PreTrainedModel:
+    """The pocket expert's distilled draft (fp16 on disk), in the expert's dtype and on its device."""
+    if not (folder / "model.safetensors").exists():
+        raise FileNotFoundError(f"no distilled draft in {folder}: run `python -m helpers.distill`, "
+                                "or choose another amateur, e.g. load_pair('pocket', amateur='early-exit')")
+    draft = LlamaForCausalLM.from_pretrained(folder, dtype=expert.dtype)
+    return draft.to(expert.device).eval()
+
+
 AMATEURS: dict[str, Callable[[PreTrainedModel], PreTrainedModel]] = {
+    "distilled": distilled_draft,
     "early-exit": early_exit,
     "self-fp16": self_draft,
     "self-bf16": lambda expert: self_draft(expert, torch.bfloat16),
 }
-"""Amateurs built from the expert, by name. ``"early-exit-K"`` keeps K layers; ``"self-fp16"``/``"self-bf16"``
-are half-precision copies of the expert (self-drafting)."""
+"""Amateurs for the expert, by name: ``"distilled"`` is the pocket draft in data/ (notebook 05);
+``"early-exit-K"`` keeps K layers; ``"self-fp16"``/``"self-bf16"`` are half-precision copies (self-drafting)."""
 
 
 def _build_amateur(name: str, expert: PreTrainedModel) -> PreTrainedModel | None:
