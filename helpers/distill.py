@@ -38,11 +38,10 @@ import torch
 from tqdm.auto import tqdm
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
+from helpers.data import DATA, DISTILL_PROMPTS, DRAFT_FOLDER, PROMPTS, read_prompts
 from helpers.decoding import speculative
-from helpers.models import DRAFT_FOLDER, load_pair
+from helpers.models import load_pair
 from helpers.timing import ForwardStep, interleaved, median
-
-DATA = DRAFT_FOLDER.parent
 
 
 # ------------------------------------------------------------------------------------------- settings
@@ -85,16 +84,6 @@ class Settings:
 QUICK = Settings(n_prompts=96, batch_size=32, max_new_tokens=32, epochs=2.0, train_batch=16, warmup=10,
                  eval_prompts=8, eval_tokens=24, timing_repeats=10)
 """The ``--quick`` run of notebook 05 (≈ 3 minutes on two CPU cores)."""
-
-
-def read_prompts(path: Path, n: int | None = None) -> list[str]:
-    r"""One prompt per line; a literal ``\n`` inside a line is a newline. Blank lines are skipped."""
-    prompts = [line.replace("\\n", "\n") for line in path.read_text().splitlines() if line.strip()]
-    if n is not None:
-        if n > len(prompts):
-            raise ValueError(f"asked for {n} prompts but {path} has only {len(prompts)}: lower --n-prompts")
-        prompts = prompts[:n]
-    return prompts
 
 
 # --------------------------------------------------------------------------------- 1. teacher data
@@ -455,8 +444,8 @@ def hardware() -> str:
 
 
 def run(expert: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: Settings, *, work: Path,
-        out: Path | None, prompts_file: Path = DATA / "distill_prompts.txt",
-        eval_file: Path = DATA / "prompts.txt", command: str = "", progress: bool = True) -> dict:
+        out: Path | None, prompts_file: Path = DISTILL_PROMPTS,
+        eval_file: Path = PROMPTS, command: str = "", progress: bool = True) -> dict:
     """All four stages; every stage skips what an earlier run in ``work`` already finished."""
     start = time.perf_counter()
     torch.manual_seed(settings.seed)

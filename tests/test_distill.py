@@ -43,21 +43,6 @@ def prompts(n: int, seed: int = 0) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 4))) for _ in range(n)]
 
 
-def test_read_prompts_unescapes_newlines_and_refuses_too_many(tmp_path):
-    path = tmp_path / "p.txt"
-    path.write_text("first\\nline\n\nsecond\n")
-    assert distill.read_prompts(path) == ["first\nline", "second"]
-    with pytest.raises(ValueError, match="lower --n-prompts"):
-        distill.read_prompts(path, 3)
-
-
-def test_shipped_prompts_do_not_overlap_the_held_out_prompts():
-    train = set(distill.read_prompts(distill.DATA / "distill_prompts.txt"))
-    held_out = set(distill.read_prompts(distill.DATA / "prompts.txt"))
-    assert len(train) > 5000
-    assert not train & held_out
-
-
 def test_batched_greedy_generation_equals_one_prompt_at_a_time(teacher, tokenizer, one_thread):
     batch_prompts = prompts(4)
     batch = distill.generate_batch(teacher, tokenizer, batch_prompts, max_new_tokens=6, top_k=3, greedy=True,

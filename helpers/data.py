@@ -1,0 +1,45 @@
+"""The files in ``data/`` and how to read them (see data/README.md for what each one is)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+ARTICLE_PROMPTS = DATA / "article_prompts.txt"
+"""The source article's five prompts (notebooks 01-04, ``helpers.bench``)."""
+PROMPTS = DATA / "prompts.txt"
+"""60 held-out open-ended prompts (notebook 04, ``helpers.quality``, the draft's evaluation)."""
+DISTILL_PROMPTS = DATA / "distill_prompts.txt"
+"""5,147 training prompts for the distilled draft (``helpers.distill``), disjoint from the held-out ones."""
+PASSAGE = DATA / "passage.txt"
+"""A short text for notebook 06's input-grounded tasks (prompt lookup)."""
+DRAFT_FOLDER = DATA / "pocket-draft"
+"""The draft distilled from the pocket expert by ``python -m helpers.distill`` (notebook 05)."""
+
+GROUNDED_TASKS = {
+    "summarise": "Summarise this text in two sentences.\n\n{passage}",
+    "quote": "{passage}\n\nQuote the sentence of the text that explains what the keeper did on foggy nights.",
+    "edit": "Rewrite the following text, replacing every 'keeper' with 'guardian'. Keep everything else the same."
+            "\n\n{passage}",
+}
+"""Notebook 06: tasks whose answers copy from their input, the case where prompt lookup drafts well."""
+
+
+def read_prompts(path: Path | str, limit: int | None = None) -> list[str]:
+    r"""One prompt per line, blank lines skipped; a literal ``\n`` inside a line is a newline.
+
+    ``limit`` keeps the first prompts; asking for more than the file has is an error (nothing is silently cut).
+    """
+    path = Path(path)
+    prompts = [line.replace("\\n", "\n") for line in path.read_text().splitlines() if line.strip()]
+    if limit is not None:
+        if not 1 <= limit <= len(prompts):
+            raise ValueError(f"asked for {limit} prompts but {path} has {len(prompts)}: use 1..{len(prompts)}")
+        prompts = prompts[:limit]
+    return prompts
+
+
+def grounded_tasks() -> dict[str, str]:
+    """Notebook 06's input-grounded instructions (summarise, quote, edit) with the passage filled in."""
+    passage = PASSAGE.read_text().strip()
+    return {name: template.format(passage=passage) for name, template in GROUNDED_TASKS.items()}

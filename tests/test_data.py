@@ -1,0 +1,31 @@
+"""The data files and their readers (helpers.data)."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import data
+
+
+def test_read_prompts_unescapes_newlines_and_refuses_a_bad_limit(tmp_path):
+    path = tmp_path / "p.txt"
+    path.write_text("first\\nline\n\nsecond\n")
+    assert data.read_prompts(path) == ["first\nline", "second"]
+    assert data.read_prompts(path, 1) == ["first\nline"]
+    for limit in (0, 3):
+        with pytest.raises(ValueError, match=r"use 1\.\.2"):
+            data.read_prompts(path, limit)
+
+
+def test_training_prompts_do_not_overlap_the_held_out_prompts():
+    train = set(data.read_prompts(data.DISTILL_PROMPTS))
+    held_out = set(data.read_prompts(data.PROMPTS)) | set(data.read_prompts(data.ARTICLE_PROMPTS))
+    assert len(train) > 5000 and len(data.read_prompts(data.PROMPTS)) == 60
+    assert not train & held_out
+
+
+def test_grounded_tasks_contain_the_passage():
+    passage = data.PASSAGE.read_text().strip()
+    tasks = data.grounded_tasks()
+    assert set(tasks) == {"summarise", "quote", "edit"}
+    assert all(passage in text and "{passage}" not in text for text in tasks.values())
