@@ -87,6 +87,14 @@ class Pair:
         """The prompt as a (1, T) LongTensor on the models' device."""
         return self.tokenizer(text, return_tensors="pt").input_ids.to(self.device)
 
+    def encode_chat(self, message: str) -> torch.Tensor:
+        """A user message in the tokenizer's chat template, ending where the assistant's answer starts (1, T)."""
+        if self.tokenizer.chat_template is None:
+            raise ValueError(f"the tokenizer of {self.expert_name} has no chat template: use encode(text) instead")
+        ids = self.tokenizer.apply_chat_template([{"role": "user", "content": message}], add_generation_prompt=True,
+                                                 return_tensors="pt", return_dict=True)["input_ids"]
+        return ids.to(self.device)
+
     def decode(self, token_ids: list[int] | torch.Tensor) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=False)
 

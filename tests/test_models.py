@@ -108,3 +108,25 @@ def test_unknown_pair_names_are_refused():
 def test_cpu_defaults():
     assert models.default_dtype(torch.device("cpu")) == torch.float32
     assert models.configure_cpu_threads() >= 1
+
+
+def test_self_draft_is_a_half_precision_copy(prompt):
+    expert = tiny_llama(6, layers=2)
+    for name, dtype in (("self-fp16", torch.float16), ("self-bf16", torch.bfloat16)):
+        draft = models.AMATEURS[name](expert)
+        assert draft.dtype == dtype and expert.dtype == torch.float32
+        assert count_parameters(draft, unique_to=expert) == count_parameters(expert)  # a copy, not shared
+        with torch.no_grad():
+            assert torch.allclose(draft(prompt).logits.float(), expert(prompt).logits, atol=0.1)
+
+
+def test_encode_chat_needs_a_chat_template(tiny_text_pair):
+    with pytest.raises(ValueError, match="no chat template"):
+        tiny_text_pair.encode_chat("w1 w2")
+
+
+@pytest.mark.pocket
+def test_encode_chat_ends_where_the_assistant_answers(pocket):
+    ids = pocket.encode_chat("Name a colour.")
+    text = pocket.decode(ids[0])
+    assert "Name a colour." in text and text.rstrip().endswith("assistant")
