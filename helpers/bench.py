@@ -1,6 +1,6 @@
 """Speed benchmark: our decoders against transformers' ``generate``, interleaved in one process.
 
-``python -m helpers.bench [--quick] [--pair pocket] [--gammas 1,2,4] [--out output/bench.json] ...``
+``python -m helpers.bench [--quick] [--pair pocket] [--gammas 1,2,4] [--methods ...] [--out output/bench.json]``
 (notebook 04 calls :func:`run_benchmark` and :func:`markdown_table` directly).
 
 For every prompt, round after round (:func:`helpers.timing.interleaved`), each configuration generates exactly
@@ -10,7 +10,13 @@ For every prompt, round after round (:func:`helpers.timing.interleaved`), each c
 * ``naive_nocache`` -- our naive without a cache, the source article's (unfair) baseline;
 * ``hf_greedy`` -- ``expert.generate`` (greedy at temperature 0, else plain sampling);
 * ``speculative_gN`` -- our :func:`~helpers.decoding.speculative` with γ = N;
-* ``hf_assisted_gN`` -- ``expert.generate(assistant_model=amateur)`` drafting exactly γ = N tokens per round.
+* ``hf_assisted_gN`` -- ``expert.generate(assistant_model=amateur)`` drafting exactly γ = N tokens per round;
+* ``self_draft_gN`` (not by default) -- our speculative with an fp16 copy of the expert as the draft
+  (:func:`helpers.models.self_draft`), γ = N;
+* ``prompt_lookup_gN`` (not by default) -- our :func:`~helpers.decoding.prompt_lookup`, drafts of up to N tokens
+  copied from the context.
+
+``--methods`` (``methods=``) chooses among them (:data:`METHODS`); ``naive``, the baseline, always runs.
 
 Every configuration first runs once, untimed, with a few tokens (warm-up). At temperature 0 (the default) all
 of them produce the same text, so only the time differs. The result also
@@ -40,8 +46,8 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 from transformers.utils import logging as hf_logging
 
-from helpers.decoding import Generation, naive, speculative
-from helpers.models import Pair, load_pair
+from helpers.decoding import Generation, naive, prompt_lookup, speculative
+from helpers.models import Pair, load_pair, self_draft
 from helpers.timing import (
     cost_ratios,
     expected_tokens,
@@ -66,7 +72,16 @@ LABELS = {
     "hf_greedy": "HF generate",
     "speculative": "ours: speculative",
     "hf_assisted": "HF assisted generation",
+    "self_draft": "ours: speculative, fp16 self-draft",
+    "prompt_lookup": "ours: prompt lookup",
 }
+METHODS = tuple(LABELS)
+"""Every method the benchmark can time, in the order they run within a round."""
+DEFAULT_METHODS = ("naive", "naive_nocache", "hf_greedy", "speculative", "hf_assisted")
+DRAFTING = ("speculative", "hf_assisted", "self_draft", "prompt_lookup")
+"""Methods that draft: one configuration per γ."""
+OURS_DRAFTING = ("speculative", "self_draft", "prompt_lookup")
+"""Our drafting methods: their Stats give α, the acceptance rate and tokens per expert call."""
 
 Prompt = str | torch.Tensor
 """A prompt as text (encoded with the pair's tokenizer) or already encoded as a (1, T) LongTensor."""
@@ -188,18 +203,33 @@ def _json_safe(value: object) -> object:
     return value
 
 
-def _configurations(gammas: Sequence[int]) -> list[tuple[str, str, int | None]]:
-    """(name, method, γ) of every configuration, in the order they run within a round."""
-    configs: list[tuple[str, str, int | None]] = [("naive", "naive", None), ("naive_nocache", "naive_nocache", None),
-                                                  ("hf_greedy", "hf_greedy", None)]
+def check_methods(methods: Sequence[str] | None) -> list[str]:
+    """The methods to time, in :data:`METHODS` order, with ``naive`` (the baseline) always included; ``None`` is
+    :data:`DEFAULT_METHODS`. Hyphens may stand for underscores (``prompt-lookup``)."""
+    if methods is None:
+        return list(DEFAULT_METHODS)
+    if isinstance(methods, str):
+        raise ValueError(f"methods must be a list of names, got the string {methods!r}; use methods.split(',')")
+    chosen = {method.strip().replace("-", "_") for method in methods if method.strip()}
+    unknown = sorted(chosen - set(METHODS))
+    if unknown:
+        raise ValueError(f"unknown method(s) {', '.join(unknown)}: choose from {', '.join(METHODS)}")
+    return [method for method in METHODS if method in chosen or method == "naive"]
+
+
+def _configurations(gammas: Sequence[int], methods: Sequence[str]) -> list[tuple[str, str, int | None]]:
+    """(name, method, γ) of every configuration, in the order they run within a round: the methods without a
+    draft, then the drafting ones γ by γ."""
+    configs: list[tuple[str, str, int | None]] = [(m, m, None) for m in methods if m not in DRAFTING]
     for gamma in gammas:
-        configs += [(f"speculative_g{gamma}", "speculative", gamma), (f"hf_assisted_g{gamma}", "hf_assisted", gamma)]
+        configs += [(f"{m}_g{gamma}", m, gamma) for m in methods if m in DRAFTING]
     return configs
 
 
 # ------------------------------------------------------------------------------------------ benchmark
-def _runners(pair: Pair, input_ids: torch.Tensor, gammas: Sequence[int], n: int, temperature: float,
-             seed: int, outputs: dict[str, list]) -> dict[str, Callable[[], object]]:
+def _runners(pair: Pair, input_ids: torch.Tensor, configs: Sequence[tuple[str, str, int | None]], n: int,
+             temperature: float, seed: int, outputs: dict[str, list],
+             self_drafter: PreTrainedModel | None) -> dict[str, Callable[[], object]]:
     """One zero-argument function per configuration; each appends its output to ``outputs[name]``."""
     expert, amateur, device = pair.expert, pair.amateur, input_ids.device
     mask = torch.ones_like(input_ids)
@@ -208,9 +238,19 @@ def _runners(pair: Pair, input_ids: torch.Tensor, gammas: Sequence[int], n: int,
     def generator() -> torch.Generator | None:
         return torch.Generator(device).manual_seed(seed) if temperature > 0 else None
 
-    def ours(name: str, fn: Callable[[], Generation]) -> Callable[[], None]:
+    common = {"max_new_tokens": n, "temperature": temperature, "eos_token_id": None}
+    ours: dict[str, Callable[[int | None], Generation]] = {
+        "naive": lambda _: naive(expert, input_ids, generator=generator(), **common),
+        "naive_nocache": lambda _: naive(expert, input_ids, use_cache=False, generator=generator(), **common),
+        "speculative": lambda g: speculative(expert, amateur, input_ids, gamma=g, generator=generator(), **common),
+        "self_draft": lambda g: speculative(expert, self_drafter, input_ids, gamma=g, generator=generator(),
+                                            **common),
+        "prompt_lookup": lambda g: prompt_lookup(expert, input_ids, gamma=g, generator=generator(), **common),
+    }
+
+    def mine(name: str, method: str, gamma: int | None) -> Callable[[], None]:
         def run() -> None:
-            outputs[name].append(fn())
+            outputs[name].append(ours[method](gamma))
         return run
 
     def theirs(name: str, gamma: int | None) -> Callable[[], None]:
@@ -225,18 +265,8 @@ def _runners(pair: Pair, input_ids: torch.Tensor, gammas: Sequence[int], n: int,
             outputs[name].append(out[0, input_ids.shape[1]:].tolist())
         return run
 
-    common = {"max_new_tokens": n, "temperature": temperature, "eos_token_id": None}
-    fns: dict[str, Callable[[], object]] = {
-        "naive": ours("naive", lambda: naive(expert, input_ids, generator=generator(), **common)),
-        "naive_nocache": ours("naive_nocache", lambda: naive(expert, input_ids, use_cache=False,
-                                                              generator=generator(), **common)),
-        "hf_greedy": theirs("hf_greedy", None),
-    }
-    for gamma in gammas:
-        fns[f"speculative_g{gamma}"] = ours(f"speculative_g{gamma}", lambda g=gamma: speculative(
-            expert, amateur, input_ids, gamma=g, generator=generator(), **common))
-        fns[f"hf_assisted_g{gamma}"] = theirs(f"hf_assisted_g{gamma}", gamma)
-    return fns
+    return {name: mine(name, method, gamma) if method in ours else theirs(name, gamma)
+            for name, method, gamma in configs}
 
 
 def _tokens(output: Generation | list[int]) -> list[int]:
@@ -245,13 +275,15 @@ def _tokens(output: Generation | list[int]) -> list[int]:
 
 def run_benchmark(pair: Pair, prompts: Sequence[Prompt], gammas: Sequence[int], repeats: int = 3,
                   max_new_tokens: int = 48, temperature: float = 0.0, seed: int = 0,
-                  progress: bool = True) -> dict:
+                  progress: bool = True, methods: Sequence[str] | None = None) -> dict:
     """Time every configuration on every prompt (interleaved) and return a JSON-ready dict.
 
     Prompts are text (encoded with ``pair.encode``) or (1, T) LongTensors. Per-token time = run time / N.
     Ratios and speedups are computed per round from the interleaved runs, then the median is taken.
+    ``methods``: names from :data:`METHODS` (default :data:`DEFAULT_METHODS`; naive always runs).
     """
     gammas = list(gammas)
+    methods = check_methods(methods)
     if not prompts:
         raise ValueError("give at least one prompt")
     if not gammas or any(isinstance(g, bool) or not isinstance(g, int) or g < 1 for g in gammas):
@@ -263,29 +295,31 @@ def run_benchmark(pair: Pair, prompts: Sequence[Prompt], gammas: Sequence[int], 
     load_before = _load_average()
     n = max_new_tokens
     encoded = [p if isinstance(p, torch.Tensor) else pair.encode(p) for p in prompts]
-    configs = _configurations(gammas)
+    configs = _configurations(gammas, methods)
     names = [name for name, _, _ in configs]
+    self_drafter = self_draft(pair.expert) if "self_draft" in methods else None
+    compare_spec = {"speculative", "hf_assisted"} <= set(methods)
     per_token: dict[str, list[float]] = {name: [] for name in names}
     speedups: dict[str, list[float]] = {name: [] for name in names}
     same_text: dict[str, list[bool]] = {name: [] for name in names}
     lengths: dict[str, set[int]] = {name: set() for name in names}
-    spec_runs: dict[int, list[Generation]] = {gamma: [] for gamma in gammas}
+    drafted: dict[str, list[Generation]] = {name: [] for name, method, _ in configs if method in OURS_DRAFTING}
     naive_over_hf: list[float] = []
-    spec_over_hf: dict[int, list[float]] = {gamma: [] for gamma in gammas}
+    spec_over_hf: dict[int, list[float]] = {gamma: [] for gamma in gammas} if compare_spec else {}
 
     total = (1 + repeats * len(encoded)) * len(names) + len(encoded)
     bar = tqdm(total=total, desc="bench", unit="run", disable=not progress)
     with quiet_transformers():
         bar.set_postfix_str("warm-up")
-        warm = _runners(pair, encoded[0], gammas, warmup_tokens(gammas, n), temperature, seed,
-                        {name: [] for name in names})
+        warm = _runners(pair, encoded[0], configs, warmup_tokens(gammas, n), temperature, seed,
+                        {name: [] for name in names}, self_drafter)
         interleaved(warm, repeats=1, warmup=0, on_run=lambda _name: bar.update())
         bar.set_postfix_str("cost ratios")
         c, r = cost_ratios(pair.expert, pair.amateur, encoded[0], gammas, COST_ROUNDS_PER_REPEAT * repeats)
         for index, input_ids in enumerate(encoded):
             bar.set_postfix_str(f"prompt {index + 1}/{len(encoded)}")
             outputs: dict[str, list] = {name: [] for name in names}
-            fns = _runners(pair, input_ids, gammas, n, temperature, seed, outputs)
+            fns = _runners(pair, input_ids, configs, n, temperature, seed, outputs, self_drafter)
             times = interleaved(fns, repeats, warmup=0, on_run=lambda _name: bar.update())
             for round_ in range(repeats):
                 reference = _tokens(outputs["naive"][round_])
@@ -295,12 +329,13 @@ def run_benchmark(pair: Pair, prompts: Sequence[Prompt], gammas: Sequence[int], 
                     speedups[name].append(times["naive"][round_] / times[name][round_])
                     same_text[name].append(tokens == reference)
                     lengths[name].add(len(tokens))
-                naive_over_hf.append(times["naive"][round_] / times["hf_greedy"][round_])
-                for gamma in gammas:
+                if "hf_greedy" in times:
+                    naive_over_hf.append(times["naive"][round_] / times["hf_greedy"][round_])
+                for gamma in spec_over_hf:
                     spec_over_hf[gamma].append(times[f"speculative_g{gamma}"][round_]
                                                / times[f"hf_assisted_g{gamma}"][round_])
-            for gamma in gammas:
-                spec_runs[gamma] += outputs[f"speculative_g{gamma}"]
+            for name in drafted:
+                drafted[name] += outputs[name]
         # α at temperature 1: one sampled speculative run per prompt (at T=0 β is only 0/1 agreement).
         bar.set_postfix_str("alpha at T=1")
         t1_gamma = max(gammas)
@@ -321,10 +356,10 @@ def run_benchmark(pair: Pair, prompts: Sequence[Prompt], gammas: Sequence[int], 
                      "new_tokens": sorted(lengths[name]),
                      "same_text_as_naive": sum(same_text[name]) / len(same_text[name]),
                      "speedup_vs_naive": median(speedups[name])}
+        if method in OURS_DRAFTING:
+            row.update(_pooled_stats(drafted[name]))
         if method == "speculative":
-            stats = _pooled_stats(spec_runs[gamma])
-            alpha = stats["alpha"]
-            row.update(stats)
+            alpha = row["alpha"]
             row.update({
                 "r": r[gamma],
                 "expected_tokens_per_call": expected_tokens(alpha, gamma) if not math.isnan(alpha) else math.nan,
@@ -343,7 +378,7 @@ def run_benchmark(pair: Pair, prompts: Sequence[Prompt], gammas: Sequence[int], 
         "settings": {
             "pair": pair.name, "expert": pair.expert_name, "amateur": pair.amateur_name,
             "prompts": [p if isinstance(p, str) else p[0].tolist() for p in prompts],
-            "gammas": gammas, "repeats": repeats, "warmup_tokens": warmup_tokens(gammas, n),
+            "gammas": gammas, "methods": methods, "repeats": repeats, "warmup_tokens": warmup_tokens(gammas, n),
             "max_new_tokens": n, "temperature": temperature, "seed": seed,
             "hf_assistant": {"num_assistant_tokens": "gamma", "num_assistant_tokens_schedule": "constant",
                              "assistant_confidence_threshold": 0.0, "assistant_eos_token_id": None},
@@ -358,7 +393,7 @@ def run_benchmark(pair: Pair, prompts: Sequence[Prompt], gammas: Sequence[int], 
                          f"{temperature:g}" + (" = accepted / judged draft positions" if temperature == 0 else "")),
         "configurations": configurations,
         "ratios": {
-            "ours_naive_over_hf_greedy": median(naive_over_hf),
+            "ours_naive_over_hf_greedy": median(naive_over_hf) if naive_over_hf else None,
             "ours_speculative_over_hf_assisted": {gamma: median(v) for gamma, v in spec_over_hf.items()},
             "note": "time ratios per interleaved round, then median; < 1 means ours is faster",
         },
@@ -386,7 +421,7 @@ def markdown_table(result: dict) -> str:
             f"{row['same_text_as_naive']:.0%} |")
     cost, settings, ratios = result["cost"], result["settings"], result["ratios"]
     r = ", ".join(f"r({g})={_fmt(v)}" for g, v in cost["r"].items())
-    spec_hf = ", ".join(f"γ={g}: {_fmt(v)}" for g, v in ratios["ours_speculative_over_hf_assisted"].items())
+    spec_hf = ", ".join(f"γ={g}: {_fmt(v)}" for g, v in ratios["ours_speculative_over_hf_assisted"].items()) or "–"
     t1 = result["alpha_t1"]
     machine = result["machine"]
     lines += [
@@ -427,11 +462,22 @@ def _gammas(text: str) -> list[int]:
     return gammas
 
 
+def _methods(text: str) -> list[str]:
+    try:
+        return check_methods(text.split(","))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m helpers.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--pair", default="pocket", help="model pair for helpers.models.load_pair (default pocket)")
     parser.add_argument("--gammas", type=_gammas, default=None,
                         help=f"draft lengths, comma list (default {DEFAULTS['gammas']}; --quick: {QUICK['gammas']})")
+    parser.add_argument("--methods", type=_methods, default=None,
+                        help=f"methods to time, a comma list (e.g. prompt-lookup,self-draft; hyphens or "
+                             f"underscores) from: {', '.join(METHODS)}. Default: {', '.join(DEFAULT_METHODS)}. "
+                             "naive, the baseline, always runs; the drafting methods run once per γ")
     parser.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS,
                         help="text file, one prompt per line (default data/article_prompts.txt in the repository)")
     parser.add_argument("--repeats", type=int, default=None,
@@ -476,7 +522,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     prompts = read_prompts(args.prompts, args.n_prompts)
     pair = load_pair(args.pair)
     result = run_benchmark(pair, prompts, args.gammas, repeats=args.repeats, max_new_tokens=args.max_new_tokens,
-                           temperature=args.temperature, seed=args.seed, progress=not args.no_progress)
+                           temperature=args.temperature, seed=args.seed, progress=not args.no_progress,
+                           methods=args.methods)
     result["command"] = shlex.join(["python", "-m", "helpers.bench", *argv])
     path = write_json(result, args.out)
     print(markdown_table(result))

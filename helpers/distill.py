@@ -25,7 +25,6 @@ import argparse
 import copy
 import json
 import math
-import platform
 import random
 import shlex
 import sys
@@ -38,6 +37,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
+from helpers.bench import machine_info
 from helpers.data import DATA, DISTILL_PROMPTS, DRAFT_FOLDER, PROMPTS, read_prompts
 from helpers.decoding import speculative
 from helpers.models import load_pair
@@ -432,15 +432,9 @@ def save(student: LlamaForCausalLM, folder: Path, card: dict) -> None:
 
 # ------------------------------------------------------------------------------------------- pipeline
 def hardware() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}"
+    """The machine in one line, for the model card."""
+    info = machine_info("cpu")
+    return f"{info['cpu'] or info['platform']}, {info['threads']} threads, torch {info['torch']}"
 
 
 def run(expert: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: Settings, *, work: Path,

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import torch
 
-from helpers.decoding import contrastive_scores, probabilities
+from helpers.decoding import contrastive_scores, lookup_draft, probabilities
 from helpers.metrics import distinct_n
 from helpers.timing import expected_tokens, predicted_speedup
 
@@ -165,4 +165,41 @@ def check_break_even_alpha(alpha: float | None, *, gamma: int, c: float, r: floa
         assert abs(alpha - low) < 0.01, ("solve E[tokens](α, γ) / (γc + r) = 1 for α: bisection on "
                                          f"helpers.timing.predicted_speedup works (your α gives "
                                          f"{predicted_speedup(min(alpha, 0.999), gamma, c, r):.2f}×)")
+    _ok(what)
+
+
+# --------------------------------------------------------------------------------------- notebook 05
+def check_beta(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor | float]) -> None:
+    """05, exercise 1: ``fn(p, q)`` -> β, the probability that speculative sampling accepts the draft at one
+    position when the expert's distribution is p and the draft's is q."""
+    what = "β = Σ min(p, q)"
+    p, q = torch.softmax(_random_logits(20), -1), torch.softmax(_random_logits(21), -1)
+    if _pending(fn(p, q), what):
+        return
+    for seed in range(5):
+        p, q = torch.softmax(_random_logits(30 + seed), -1), torch.softmax(_random_logits(40 + seed), -1)
+        expected = float(torch.minimum(p, q).sum())
+        got = float(fn(p, q))
+        assert math.isclose(got, expected, rel_tol=1e-5), (
+            "a draft token x ~ q is accepted with probability min(1, p(x)/q(x)); average that over x ~ q: "
+            f"Σ_x q(x)·min(1, p(x)/q(x)) = Σ_x min(q(x), p(x)) (expected {expected:.4f}, got {got:.4f})")
+    assert math.isclose(float(fn(p, p)), 1.0, rel_tol=1e-5), "a draft equal to the expert is always accepted"
+    _ok(what)
+
+
+# --------------------------------------------------------------------------------------- notebook 06
+def check_lookup(fn: Callable[[list[int], int, int], list[int]]) -> None:
+    """06, exercise 1: ``fn(context, n_tokens, max_ngram)`` -> the prompt-lookup draft (a list of token ids)."""
+    what = "prompt-lookup draft"
+    if _pending(fn([1, 2, 3, 1, 2], 3, 2), what):
+        return
+    cases = [([1, 2, 3, 1, 2], 3, 2), ([1, 2, 3, 4, 9, 2, 3, 5, 6, 2, 3], 2, 2), ([5, 6, 7], 2, 3),
+             ([4, 4, 4, 4], 5, 1), ([1, 2, 9, 8, 1, 3, 2], 4, 3), ([7], 3, 2), ([1, 2, 3, 4, 2, 3, 4], 10, 3)]
+    for context, n_tokens, max_ngram in cases:
+        expected = lookup_draft(context, n_tokens, max_ngram)
+        got = list(fn(list(context), n_tokens, max_ngram))
+        assert got == expected, (
+            f"for context={context}, n_tokens={n_tokens}, max_ngram={max_ngram} expected {expected}, got {got}: "
+            "try the longest n-gram first, take its most recent earlier occurrence, copy at most n_tokens "
+            "tokens after it; [] when nothing matches")
     _ok(what)

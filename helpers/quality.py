@@ -22,13 +22,12 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from helpers.decoding import contrastive, naive
+from helpers.data import ARTICLE_PROMPTS, PROMPTS, read_prompts
+from helpers.decoding import contrastive, contrastive_search, dola, naive
 from helpers.metrics import perplexity, summarize, text_metrics
-from helpers.models import Pair, load_pair
+from helpers.models import Pair, early_exit, load_pair
 
 REPO = Path(__file__).resolve().parent.parent
-ARTICLE_PROMPTS = REPO / "data" / "article_prompts.txt"
-PROMPTS = REPO / "data" / "prompts.txt"
 
 Method = Callable[[Pair, torch.Tensor, int, torch.Generator], list[int]]
 
@@ -40,10 +39,17 @@ def _sampling(**knobs: float) -> Method:
     return run
 
 
-def _contrastive(alpha: float) -> Method:
+def _contrastive(alpha: float, amateur: Callable[[Pair], torch.nn.Module] | None = None) -> Method:
     def run(pair: Pair, ids: torch.Tensor, n: int, generator: torch.Generator) -> list[int]:
-        return contrastive(pair.expert, pair.amateur, ids, max_new_tokens=n, alpha=alpha,
+        model = amateur(pair) if amateur is not None else pair.amateur
+        return contrastive(pair.expert, model, ids, max_new_tokens=n, alpha=alpha,
                            eos_token_id=pair.eos_token_id).new_token_ids
+    return run
+
+
+def _one_model(decoder: Callable[..., object], **knobs: object) -> Method:
+    def run(pair: Pair, ids: torch.Tensor, n: int, generator: torch.Generator) -> list[int]:
+        return decoder(pair.expert, ids, max_new_tokens=n, eos_token_id=pair.eos_token_id, **knobs).new_token_ids
     return run
 
 
@@ -52,17 +58,17 @@ METHODS: dict[str, tuple[Method, bool]] = {
     "greedy": (_sampling(temperature=0), False),
     "top-p 0.95": (_sampling(top_p=0.95), True),
     "contrastive α=0.1": (_contrastive(0.1), False),
+    "contrastive α=0.1 (early-exit amateur)": (_contrastive(0.1, lambda pair: early_exit(pair.expert)), False),
+    "contrastive search": (_one_model(contrastive_search, penalty_alpha=0.6, top_k=4), False),
+    "DoLa": (_one_model(dola), False),
 }
-"""name -> (method, samples?) -- the four methods of issue/notebook 04; deterministic ones run once."""
-
-
-def read_prompts(path: Path | str, limit: int | None = None) -> list[str]:
-    prompts = [line.strip() for line in Path(path).read_text().splitlines() if line.strip()]
-    return prompts[:limit] if limit else prompts
+"""name -> (method, samples?); deterministic methods run once per prompt. The first four are notebook 04's; the
+early-exit contrast is notebook 05's comparison of amateurs, contrastive search and DoLa are notebook 06's."""
+DEFAULT_METHODS = ("sampling T=1", "greedy", "top-p 0.95", "contrastive α=0.1")
 
 
 def evaluate(pair: Pair, prompts: Sequence[str], *, samples: int = 2, max_new_tokens: int = 48, seed: int = 0,
-             methods: Sequence[str] = tuple(METHODS), progress: bool = True) -> list[dict]:
+             methods: Sequence[str] = DEFAULT_METHODS, progress: bool = True) -> list[dict]:
     """One row per (prompt, method, sample): the text, its metrics and the expert's perplexity of it."""
     unknown = set(methods) - set(METHODS)
     if unknown:
@@ -96,10 +102,10 @@ def summary(rows: Sequence[dict], *, with_prompt: bool = False) -> dict[str, dic
     return out
 
 
-def markdown_table(table: dict[str, dict[str, tuple[float, float]]]) -> str:
+def markdown_table(table: dict[str, dict[str, tuple[float, float]]], metrics: Sequence[str] | None = None) -> str:
     """Metrics as rows, methods as columns, mean ± std (the shape of the source article's results)."""
     methods = list(table)
-    metrics = [m for m in METRICS if m in next(iter(table.values()))]
+    metrics = metrics or [m for m in METRICS if m in next(iter(table.values()))]
     lines = ["| metric | " + " | ".join(methods) + " |", "|---|" + "---:|" * len(methods)]
     for metric in metrics:
         cells = [f"{table[m][metric][0]:.3f} ± {table[m][metric][1]:.3f}" for m in methods]
@@ -108,19 +114,20 @@ def markdown_table(table: dict[str, dict[str, tuple[float, float]]]) -> str:
 
 
 def run(pair_name: str, prompt_files: Sequence[Path], samples: int, max_new_tokens: int, seed: int,
-        limit: int | None = None, progress: bool = True) -> dict:
+        limit: int | None = None, progress: bool = True, methods: Sequence[str] = DEFAULT_METHODS) -> dict:
     """Evaluate every prompt file; returns the JSON-ready result with rows and summaries."""
     start = time.perf_counter()
     pair = load_pair(pair_name)
     result = {"command": "python -m helpers.quality " + shlex.join(sys.argv[1:]),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "settings": {"pair": pair_name, "expert": pair.expert_name, "amateur": pair.amateur_name,
-                           "samples": samples, "max_new_tokens": max_new_tokens, "seed": seed,
+                           "methods": list(methods), "samples": samples, "max_new_tokens": max_new_tokens,
+                           "seed": seed,
                            "torch": torch.__version__, "threads": torch.get_num_threads()},
               "sets": {}}
     for path in prompt_files:
         rows = evaluate(pair, read_prompts(path, limit), samples=samples, max_new_tokens=max_new_tokens,
-                        seed=seed, progress=progress)
+                        seed=seed, methods=methods, progress=progress)
         result["sets"][Path(path).name] = {"rows": rows, "summary": summary(rows),
                                            "summary_with_prompt": summary(rows, with_prompt=True)}
     result["wall_s"] = time.perf_counter() - start
@@ -137,11 +144,18 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--limit", type=int, default=None, help="use only the first N prompts of each file")
     parser.add_argument("--quick", action="store_true", help="2 prompts per file, 1 sample, 24 tokens")
+    parser.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                        help=f"comma-separated, from: {'; '.join(METHODS)} (default: the first four)")
     parser.add_argument("--out", type=Path, default=REPO / "output" / "quality.json")
     args = parser.parse_args(argv)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        parser.error(f"unknown --methods {unknown or args.methods!r}; choose from {list(METHODS)}")
     if args.quick:
         args.limit, args.samples, args.max_new_tokens = args.limit or 2, 1, 24
-    result = run(args.pair, args.prompts, args.samples, args.max_new_tokens, args.seed, args.limit)
+    result = run(args.pair, args.prompts, args.samples, args.max_new_tokens, args.seed, args.limit,
+                 methods=methods)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False))
     for name, data in result["sets"].items():

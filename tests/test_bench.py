@@ -120,6 +120,67 @@ def test_refuses_bad_arguments(pair):
         run_benchmark(pair, PROMPTS, [0], progress=False)
     with pytest.raises(ValueError, match="prompt"):
         run_benchmark(pair, [], [1], progress=False)
+    with pytest.raises(ValueError, match=r"unknown method.*medusa.*choose from naive, naive_nocache"):
+        run_benchmark(pair, PROMPTS, [1], progress=False, methods=["naive", "medusa"])
+    with pytest.raises(ValueError, match="list of names"):
+        run_benchmark(pair, PROMPTS, [1], progress=False, methods="naive,prompt_lookup")
+
+
+# ------------------------------------------------------------------------------- prompt lookup, self-draft
+@pytest.fixture(scope="module")
+def new_methods(pair) -> dict:
+    """Prompt lookup and the fp16 self-draft next to the baseline (run even when not asked for)."""
+    return run_benchmark(pair, PROMPTS, GAMMAS, repeats=1, max_new_tokens=N, temperature=0.0, seed=0,
+                         progress=False, methods=["prompt-lookup", "self_draft"])
+
+
+def test_chosen_methods_only_and_naive_always(new_methods):
+    names = [row["name"] for row in new_methods["configurations"]]
+    assert names == ["naive", "self_draft_g1", "prompt_lookup_g1", "self_draft_g3", "prompt_lookup_g3"]
+    assert new_methods["settings"]["methods"] == ["naive", "self_draft", "prompt_lookup"]
+    assert new_methods["ratios"]["ours_naive_over_hf_greedy"] is None
+    assert new_methods["ratios"]["ours_speculative_over_hf_assisted"] == {}
+
+
+def test_new_methods_report_the_same_greedy_text_and_their_statistics(new_methods):
+    for row in new_methods["configurations"]:
+        assert row["new_tokens"] == [N] and row["same_text_as_naive"] == 1.0, row["name"]
+        assert 0 < row["speedup_vs_naive"] < math.inf and row["per_token_s"]["median"] > 0
+        if row["method"] == "naive":
+            continue
+        assert row["label"] == bench.LABELS[row["method"]]
+        assert 0 <= row["alpha"] <= 1 and 0 <= row["acceptance_rate"] <= 1
+        assert 1 <= row["tokens_per_expert_call"] <= row["gamma"] + 1
+        assert "predicted_speedup" not in row  # c and r are measured for the amateur only
+    self_draft = rows(new_methods)["self_draft_g3"]
+    assert self_draft["alpha"] > 0.9  # an fp16 copy of the expert agrees with it almost always
+
+
+def test_markdown_table_shows_the_new_methods(new_methods):
+    table = markdown_table(new_methods)
+    assert "| ours: prompt lookup | 3 |" in table and "| ours: speculative, fp16 self-draft | 1 |" in table
+    assert "naive/greedy –; speculative/assisted –" in table
+
+
+def test_methods_option():
+    assert bench.parse_args([]).methods is None  # run_benchmark's default: the original five
+    assert bench.check_methods(None) == ["naive", "naive_nocache", "hf_greedy", "speculative", "hf_assisted"]
+    args = bench.parse_args(["--methods", "prompt-lookup,self-draft,hf_greedy"])
+    assert args.methods == ["naive", "hf_greedy", "self_draft", "prompt_lookup"]
+
+
+def test_unknown_methods_are_refused_on_the_command_line(capsys):
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--methods", "naive,lookahead"])
+    error = capsys.readouterr().err
+    assert "unknown method(s) lookahead: choose from" in error and "prompt_lookup" in error
+
+
+def test_help_lists_the_methods(capsys):
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--help"])
+    shown = capsys.readouterr().out
+    assert all(method in shown for method in bench.METHODS)
 
 
 # ---------------------------------------------------------------------------- HF assisted generation

@@ -4,6 +4,7 @@ and every refused input. Tiny random models keep this fast; the pocket pair is u
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -11,10 +12,32 @@ from conftest import EOS, VOCAB, tiny_llama
 
 from helpers import decoding
 from helpers.bench import assistant_drafts, quiet_transformers
-from helpers.decoding import contrastive, naive, probabilities, speculative
+from helpers.decoding import (
+    contrastive,
+    contrastive_search,
+    dola,
+    dola_low_layers,
+    jensen_shannon,
+    lookup_draft,
+    naive,
+    penalize_repetition,
+    probabilities,
+    prompt_lookup,
+    speculative,
+)
 from helpers.stats import exact_first_two, first_two_counts, goodness_of_fit
 
 N_RUNS = 20_000
+LOOKUP_PROMPT = torch.tensor([[2, 8, 7, 2]])
+"""Its last token 2 occurred before, followed by 8 7: prompt lookup drafts [8, 7] at once. The tiny expert's
+p(8 | prompt) = 0.23 (its favourite), so the draft is accepted about a quarter of the time, rejected otherwise."""
+LOOKUP_RUNS = 6_000
+
+
+@pytest.fixture(scope="module")
+def deep():
+    """A 6-layer tiny model whose DoLa steps contrast with several different early layers."""
+    return tiny_llama(5, layers=6)
 
 
 # ------------------------------------------------------------------------------------------ exactness
@@ -29,10 +52,27 @@ def test_speculative_matches_expert_distribution(tiny_pair, prompt, one_thread, 
     counts = first_two_counts(lambda g: speculative(
         expert, amateur, prompt, max_new_tokens=max_new_tokens, gamma=gamma, generator=g, **warp).new_token_ids,
         VOCAB, N_RUNS)
+    assert_exact(counts, exact)
+
+
+def assert_exact(counts, exact):
+    """The sampled first two tokens fit the exact distribution (chi-square, and TV within sampling noise)."""
     fit = goodness_of_fit(counts, exact)
-    assert fit.impossible == 0, "speculative emitted a token pair the expert gives probability 0"
+    assert fit.impossible == 0, "the sampler emitted a token pair the expert gives probability 0"
     assert fit.p_value > 1e-3, fit
     assert fit.tv <= fit.tv_noise, fit
+
+
+def test_prompt_lookup_matches_the_model_distribution(tiny_pair, one_thread):
+    """Point-mass drafts through the same modified rejection sampling: exact, like speculative."""
+    expert, _ = tiny_pair
+    assert lookup_draft(LOOKUP_PROMPT[0].tolist(), 2) == [8, 7]
+    exact = exact_first_two(expert, LOOKUP_PROMPT)
+    counts = first_two_counts(lambda g: prompt_lookup(
+        expert, LOOKUP_PROMPT, max_new_tokens=3, gamma=2, generator=g).new_token_ids, VOCAB, LOOKUP_RUNS)
+    assert_exact(counts, exact)
+    accepted_first = counts.view(VOCAB, VOCAB)[8].sum() / LOOKUP_RUNS
+    assert 0.15 < accepted_first < 0.35  # both paths taken: the draft's first token accepted and rejected
 
 
 def test_the_source_articles_sampler_fails_the_same_test(tiny_pair, prompt, one_thread):
@@ -82,6 +122,53 @@ def test_greedy_speculative_equals_greedy_expert_on_the_pocket_pair(pocket, gamm
     reference = naive(pocket.expert, prompt, max_new_tokens=24, temperature=0).new_token_ids
     result = speculative(pocket.expert, pocket.amateur, prompt, max_new_tokens=24, gamma=gamma, temperature=0)
     assert result.new_token_ids == reference
+
+
+@pytest.mark.parametrize(("gamma", "max_ngram"), [(1, 1), (3, 2), (10, 3), (10, 5)])
+def test_greedy_prompt_lookup_equals_greedy(tiny_pair, prompt, gamma, max_ngram):
+    expert, _ = tiny_pair
+    reference = naive(expert, prompt, max_new_tokens=30, temperature=0).new_token_ids
+    result = prompt_lookup(expert, prompt, max_new_tokens=30, gamma=gamma, max_ngram=max_ngram, temperature=0)
+    assert result.new_token_ids == reference
+    assert result.stats.accepted > 0  # the tiny model's greedy output cycles: copies get accepted
+    assert result.stats.expert_calls < 30
+
+
+@pytest.mark.pocket
+def test_greedy_prompt_lookup_equals_greedy_on_the_pocket_model(pocket):
+    prompt = pocket.encode("Repeat after me: the quick brown fox jumps over the lazy dog. "
+                           "Repeat after me: the quick brown fox")
+    reference = naive(pocket.expert, prompt, max_new_tokens=16, temperature=0).new_token_ids
+    result = prompt_lookup(pocket.expert, prompt, max_new_tokens=16, temperature=0)
+    assert result.new_token_ids == reference
+    assert result.stats.accepted >= 4, result.stats
+    assert result.stats.expert_calls < 16
+
+
+def test_lookup_draft_copies_what_followed_the_last_ngram():
+    assert lookup_draft([1, 2, 3, 9, 2, 3, 8, 2, 3], 2) == [8, 2]  # the most recent earlier "2 3"
+    assert lookup_draft([5, 1, 2, 3, 7, 0, 2, 3, 6, 1, 2, 3], 3) == [7, 0, 2]  # "1 2 3" beats the later "2 3"
+    assert lookup_draft([1, 2, 3, 1, 2, 3], 4, max_ngram=1) == [1, 2, 3]  # "3" alone: copy up to 4 tokens
+    assert lookup_draft([4, 4], 5) == [4]  # the match may overlap the n-gram it is a copy of
+    assert lookup_draft([1, 2, 3], 5) == []  # nothing repeats: no draft
+    assert lookup_draft([1, 2, 1], 0) == []
+    assert lookup_draft([7], 3) == []
+
+
+def test_prompt_lookup_stats_and_trace(tiny_pair):
+    expert, _ = tiny_pair
+    g = torch.Generator().manual_seed(3)
+    result = prompt_lookup(expert, LOOKUP_PROMPT, max_new_tokens=40, gamma=4, generator=g)
+    stats = result.stats
+    assert len(result.new_token_ids) == 40 and stats.amateur_calls == 0
+    assert stats.expert_calls == len(stats.accepted_per_iteration) == len(result.trace)
+    assert stats.accepted == sum(stats.accepted_per_iteration) > 0
+    assert stats.proposed == sum(len(it.draft) for it in result.trace) > stats.accepted
+    assert [t for it in result.trace for t in it.emitted] == result.new_token_ids
+    judged = [p for it in result.trace for p in it.p_draft[:it.n_accepted + 1]]
+    assert stats.betas == pytest.approx(judged)  # β = Σ min(p, q) = p(x) for a point mass q
+    assert all(q == 1.0 for it in result.trace for q in it.q_draft)
+    assert any(not it.draft for it in result.trace)  # rounds without a match: a plain step
 
 
 # ---------------------------------------------------------------------------------------- KV caches
@@ -136,6 +223,141 @@ def test_contrastive_trace_describes_each_decision(tiny_pair, prompt):
         chosen = [c for c in step.candidates if c.token_id == token]
         assert chosen and chosen[0].in_head
         assert chosen[0].score == max(c.score for c in step.candidates if c.in_head)
+
+
+@torch.no_grad()
+def contrastive_search_without_cache(model, ids, max_new_tokens, alpha, k):
+    """Su et al. Eq. (5) written plainly: every candidate gets a full forward pass of its own."""
+    out = []
+    for _ in range(max_new_tokens):
+        run = model(ids, output_hidden_states=True)
+        context = run.hidden_states[-1][0]  # the last hidden state of every token so far
+        scores = {}
+        for p_v, v in zip(*torch.topk(torch.softmax(run.logits[0, -1], -1), k), strict=True):
+            h_v = model(torch.cat([ids, v.view(1, 1)], dim=1), output_hidden_states=True).hidden_states[-1][0, -1]
+            scores[int(v)] = (1 - alpha) * p_v - alpha * torch.cosine_similarity(h_v[None], context).max()
+        out.append(max(scores, key=scores.get))
+        ids = torch.cat([ids, torch.tensor([[out[-1]]])], dim=1)
+    return out
+
+
+@torch.no_grad()
+def dola_without_cache(model, ids, max_new_tokens, layers, alpha, penalty):
+    """Chuang et al. written plainly: the whole sequence again at every step, one early exit at a time."""
+    out = []
+    for _ in range(max_new_tokens):
+        run = model(ids, output_hidden_states=True)
+        final = torch.softmax(run.logits[0, -1], -1)
+        jsd = {}
+        for j in layers:
+            early = torch.softmax(model.lm_head(model.model.norm(run.hidden_states[j][0, -1])), -1)
+            mean = (final + early) / 2
+            jsd[j] = 0.5 * (final * (final / mean).log()).sum() + 0.5 * (early * (early / mean).log()).sum()
+        premature = max(jsd, key=jsd.get)
+        early = torch.softmax(model.lm_head(model.model.norm(run.hidden_states[premature][0, -1])), -1)
+        score = torch.where(final >= alpha * final.max(), final.log() - early.log(), torch.tensor(-math.inf))
+        for t in set(ids[0].tolist()):
+            score[t] = score[t] * penalty if score[t] < 0 else score[t] / penalty
+        out.append(int(score.argmax()))
+        ids = torch.cat([ids, torch.tensor([[out[-1]]])], dim=1)
+    return out
+
+
+@pytest.mark.parametrize(("alpha", "k"), [(0.6, 4), (0.3, 2), (1.0, VOCAB)])
+def test_contrastive_search_equals_a_plain_reference(tiny_pair, prompt, alpha, k):
+    expert, _ = tiny_pair
+    result = contrastive_search(expert, prompt, max_new_tokens=20, penalty_alpha=alpha, top_k=k)
+    assert result.new_token_ids == contrastive_search_without_cache(expert, prompt, 20, alpha, k)
+    assert result.stats.expert_calls == 21  # the prompt, then one batched pass per token
+
+
+def test_contrastive_search_without_penalty_is_greedy(tiny_pair, prompt):
+    expert, _ = tiny_pair
+    result = contrastive_search(expert, prompt, max_new_tokens=25, penalty_alpha=0.0, top_k=5)
+    assert result.new_token_ids == naive(expert, prompt, max_new_tokens=25, temperature=0).new_token_ids
+
+
+def test_contrastive_search_trace(tiny_pair, prompt):
+    expert, _ = tiny_pair
+    result = contrastive_search(expert, prompt, max_new_tokens=10, penalty_alpha=0.6, top_k=3)
+    assert [step.chosen for step in result.trace] == result.new_token_ids
+    for step in result.trace:
+        assert len(step.token_ids) == len(step.probs) == len(step.degeneration) == 3
+        assert step.probs == sorted(step.probs, reverse=True)
+        assert all(-1 - 1e-5 <= c <= 1 + 1e-5 for c in step.degeneration)
+        scores = [0.4 * p - 0.6 * c for p, c in zip(step.probs, step.degeneration, strict=True)]
+        assert step.chosen == step.token_ids[scores.index(max(scores))]
+    assert any(step.chosen != step.token_ids[0] for step in result.trace)  # the penalty changes decisions
+
+
+@pytest.mark.parametrize(("layers", "alpha", "penalty"), [
+    (None, 0.1, 1.2), ([0, 1, 2, 3, 4, 5], 0.1, 1.2), ([0, 1, 2, 3, 4, 5], 0.3, 1.0), ([3], 0.1, 2.0)])
+def test_dola_equals_a_plain_reference(deep, prompt, layers, alpha, penalty):
+    result = dola(deep, prompt, max_new_tokens=20, premature_layers=layers, alpha=alpha, repetition_penalty=penalty)
+    reference = dola_without_cache(deep, prompt, 20, layers or dola_low_layers(deep), alpha, penalty)
+    assert result.new_token_ids == reference
+    assert result.stats.expert_calls == 20
+
+
+def test_dola_trace_records_the_premature_layer_of_every_step(deep, prompt):
+    layers = [0, 1, 2, 3, 4, 5]
+    result = dola(deep, prompt, max_new_tokens=16, premature_layers=layers)
+    assert [step.token for step in result.trace] == result.new_token_ids
+    for step in result.trace:
+        assert list(step.jsd) == layers
+        assert step.chosen_layer == max(step.jsd, key=step.jsd.get)
+        assert all(0 <= d <= math.log(2) for d in step.jsd.values())
+    assert len({step.chosen_layer for step in result.trace}) > 1  # the premature layer changes from step to step
+    assert {s.chosen_layer for s in dola(deep, prompt, max_new_tokens=8).trace} <= set(dola_low_layers(deep))
+
+
+def test_dola_with_alpha_one_is_greedy(deep, prompt):
+    """V_head = {argmax q_N}: the contrast and the repetition penalty have nothing left to choose from."""
+    assert (dola(deep, prompt, max_new_tokens=20, alpha=1.0).new_token_ids
+            == naive(deep, prompt, max_new_tokens=20, temperature=0).new_token_ids)
+
+
+def _fake_model(n_layers, tied):
+    embedding = SimpleNamespace(weight=torch.zeros(1))
+    head = embedding if tied else SimpleNamespace(weight=torch.zeros(1))
+    return SimpleNamespace(config=SimpleNamespace(num_hidden_layers=n_layers),
+                           get_input_embeddings=lambda: embedding, get_output_embeddings=lambda: head)
+
+
+@pytest.mark.parametrize(("n_layers", "tied", "expected"), [
+    (1, False, [0]), (2, False, [0]), (6, False, [0, 2]), (32, False, list(range(0, 16, 2))),
+    (48, False, list(range(0, 20, 2))), (30, True, list(range(2, 15, 2))), (48, True, list(range(2, 20, 2))),
+    (4, True, [2]), (3, True, [2]), (2, True, [1]), (1, True, [0])])
+def test_dola_low_layers_follow_transformers(n_layers, tied, expected):
+    """transformers' "low" bucket: every second layer of the first half (at most 0..18); tied heads skip the
+    embedding output. A 3-layer tied model gets [2] where transformers' rule gave an empty list."""
+    assert dola_low_layers(_fake_model(n_layers, tied)) == expected
+
+
+def test_jensen_shannon_and_repetition_penalty():
+    log_p = torch.log_softmax(torch.tensor([2.0, 0.0, -1.0]), -1)
+    log_q = torch.log_softmax(torch.tensor([-1.0, 1.0, 0.5]), -1)
+    assert float(jensen_shannon(log_p, log_p)) == pytest.approx(0, abs=1e-7)
+    assert float(jensen_shannon(log_p, log_q)) == pytest.approx(float(jensen_shannon(log_q, log_p)))
+    one_hot = torch.log(torch.tensor([[1.0, 1e-30], [1e-30, 1.0]]))
+    assert float(jensen_shannon(one_hot[0], one_hot[1])) == pytest.approx(math.log(2))  # disjoint: the maximum
+    assert jensen_shannon(log_p, torch.stack([log_p, log_q])).shape == (2,)
+    scores = torch.tensor([2.0, -2.0, 1.0, -math.inf])
+    penalized = penalize_repetition(scores, torch.tensor([0, 1, 1, 3]), 2.0)
+    assert penalized.tolist() == [1.0, -4.0, 1.0, -math.inf]
+    assert scores.tolist() == [2.0, -2.0, 1.0, -math.inf]  # the input is left alone
+
+
+@pytest.mark.pocket
+def test_contrastive_search_and_dola_equal_their_references_on_the_pocket_model(pocket):
+    model, prompt = pocket.expert, pocket.encode("The capital of France is")
+    searched = contrastive_search(model, prompt, max_new_tokens=10, penalty_alpha=0.6, top_k=4)
+    assert searched.new_token_ids == contrastive_search_without_cache(model, prompt, 10, 0.6, 4)
+    layers = dola_low_layers(model)
+    assert layers == list(range(2, 15, 2))  # 30 layers, LM head tied to the embeddings
+    result = dola(model, prompt, max_new_tokens=10)
+    assert result.new_token_ids == dola_without_cache(model, prompt, 10, layers, 0.1, 1.2)
+    assert {step.chosen_layer for step in result.trace} <= set(layers)
 
 
 # ------------------------------------------------------------------------------ against transformers
@@ -204,16 +426,37 @@ def test_eos_stops_every_method(tiny_pair, prompt):
         "self-draft": speculative(expert, expert, prompt, max_new_tokens=30, gamma=8, temperature=0,
                                   eos_token_id=[eos]),  # EOS inside an accepted draft run
         "contrastive": contrastive(expert, amateur, prompt, max_new_tokens=30, alpha=1.0, eos_token_id=eos),
+        "prompt-lookup": prompt_lookup(expert, prompt, max_new_tokens=30, temperature=0, eos_token_id=eos),
+        "contrastive-search": contrastive_search(expert, prompt, max_new_tokens=30, penalty_alpha=0,
+                                                 eos_token_id=eos),
+        "dola": dola(expert, prompt, max_new_tokens=30, alpha=1.0, eos_token_id=eos),
     }
     for name, run in runs.items():
         assert run.new_token_ids == free[:free.index(eos) + 1], name
 
 
-def test_eos_stops_sampling(tiny_pair, prompt):
+def test_eos_inside_an_accepted_prompt_lookup_draft_stops_it(tiny_pair):
+    """The prompt holds the greedy continuation 7 6 1 9 3: the first round drafts all of it and accepts it, and
+    EOS = 6 ends the round after two tokens, without a bonus token."""
+    expert, _ = tiny_pair
+    prompt = torch.tensor([[1, 2, 3, 7, 6, 1, 9, 3]])
+    free = prompt_lookup(expert, prompt, max_new_tokens=12, temperature=0)
+    assert free.new_token_ids[:5] == [7, 6, 1, 9, 3] and free.trace[0].n_accepted == 5
+    stopped = prompt_lookup(expert, prompt, max_new_tokens=12, temperature=0, eos_token_id=6)
+    assert stopped.new_token_ids == [7, 6]
+    assert stopped.stats.expert_calls == 1 and stopped.trace[0].last_kind == "none"
+
+
+@pytest.mark.parametrize("method", ["speculative", "prompt_lookup"])
+def test_eos_stops_sampling(tiny_pair, prompt, method):
     expert, amateur = tiny_pair
+    run = {"speculative": lambda g: speculative(expert, amateur, prompt, max_new_tokens=30, eos_token_id=EOS,
+                                                generator=g),
+           "prompt_lookup": lambda g: prompt_lookup(expert, torch.tensor([[7, EOS, 4, 7]]), max_new_tokens=30,
+                                                    gamma=5, eos_token_id=EOS, generator=g)}[method]
+    # The prompt lookup's prompt holds EOS: for some seeds it is drafted, accepted, and ends the output.
     for seed in range(30):
-        out = speculative(expert, amateur, prompt, max_new_tokens=30, eos_token_id=EOS,
-                          generator=torch.Generator().manual_seed(seed)).new_token_ids
+        out = run(torch.Generator().manual_seed(seed)).new_token_ids
         assert EOS not in out[:-1]
         assert out[-1] == EOS or len(out) == 30
 
@@ -225,7 +468,11 @@ def test_max_new_tokens_is_exact(tiny_pair, prompt, max_new_tokens):
     for run in (naive(expert, prompt, max_new_tokens=max_new_tokens, generator=g),
                 contrastive(expert, amateur, prompt, max_new_tokens=max_new_tokens),
                 speculative(expert, amateur, prompt, max_new_tokens=max_new_tokens, gamma=4, generator=g),
-                speculative(expert, expert, prompt, max_new_tokens=max_new_tokens, gamma=8, generator=g)):
+                speculative(expert, expert, prompt, max_new_tokens=max_new_tokens, gamma=8, generator=g),
+                prompt_lookup(expert, prompt, max_new_tokens=max_new_tokens, gamma=10, temperature=0),
+                prompt_lookup(expert, LOOKUP_PROMPT, max_new_tokens=max_new_tokens, gamma=3, generator=g),
+                contrastive_search(expert, prompt, max_new_tokens=max_new_tokens),
+                dola(expert, prompt, max_new_tokens=max_new_tokens)):
         assert len(run.new_token_ids) == max_new_tokens
     assert naive(expert, prompt, max_new_tokens=0).new_token_ids == []
 
@@ -266,9 +513,15 @@ def test_bad_input_is_refused_with_a_clear_message(tiny_pair, prompt, change, er
     kwargs = {"input_ids": prompt, "max_new_tokens": 5, **change}
     with pytest.raises(error, match=message):
         speculative(expert, amateur, **kwargs)
+    with pytest.raises(error, match=message):
+        prompt_lookup(expert, **kwargs)
     if "gamma" not in change:
         with pytest.raises(error, match=message):
             naive(expert, **kwargs)
+    if not {"gamma", "temperature", "top_p", "top_k"} & set(change):
+        for single_model_method in (contrastive_search, dola):
+            with pytest.raises(error, match=message):
+                single_model_method(expert, **kwargs)
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -279,6 +532,41 @@ def test_contrastive_refuses_bad_knobs(tiny_pair, prompt, change, message):
     expert, amateur = tiny_pair
     with pytest.raises(ValueError, match=message):
         contrastive(expert, amateur, prompt, **{"max_new_tokens": 5, **change})
+
+
+@pytest.mark.parametrize(("method", "change", "message"), [
+    (prompt_lookup, {"max_ngram": 0}, "max_ngram .* int >= 1"),
+    (prompt_lookup, {"max_ngram": 2.0}, "max_ngram"),
+    (prompt_lookup, {"gamma": True}, "gamma"),
+    (contrastive_search, {"penalty_alpha": -0.1}, r"penalty_alpha must be in \[0, 1\]"),
+    (contrastive_search, {"penalty_alpha": 1.5}, "penalty_alpha"),
+    (contrastive_search, {"penalty_alpha": None}, "penalty_alpha"),
+    (contrastive_search, {"top_k": 0}, "top_k .* int >= 1"),
+    (contrastive_search, {"top_k": None}, "top_k"),
+    (contrastive_search, {"top_k": 2.5}, "top_k"),
+    (dola, {"alpha": 0.0}, "alpha"),
+    (dola, {"alpha": 2.0}, "alpha"),
+    (dola, {"premature_layers": []}, "non-empty list"),
+    (dola, {"premature_layers": "low"}, "non-empty list"),
+    (dola, {"premature_layers": 1}, "non-empty list"),
+    (dola, {"premature_layers": [0, 2]}, r"\[2\] are not layers of this 2-layer model.*0\.\.1"),
+    (dola, {"premature_layers": [-1]}, "not layers"),
+    (dola, {"premature_layers": [0.5]}, "not layers"),
+    (dola, {"repetition_penalty": 0}, "repetition_penalty must be > 0"),
+    (dola, {"repetition_penalty": "1.2"}, "repetition_penalty"),
+])
+def test_single_model_methods_refuse_bad_knobs(tiny_pair, prompt, method, change, message):
+    expert, _ = tiny_pair
+    with pytest.raises(ValueError, match=message):
+        method(expert, prompt, **{"max_new_tokens": 5, **change})
+
+
+def test_dola_refuses_models_without_a_final_norm(prompt):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_positions=64, n_embd=16, n_layer=2, n_head=2)).eval()
+    with pytest.raises(ValueError, match=r"Llama-style model \(model.model.norm, model.lm_head\); GPT2LMHeadModel"):
+        dola(gpt2, prompt, max_new_tokens=3)
 
 
 def test_pairs_with_different_vocabularies_are_refused(tiny_pair, prompt):

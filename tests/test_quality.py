@@ -8,7 +8,7 @@ import math
 import pytest
 
 from helpers import quality
-from helpers.quality import METHODS, evaluate, markdown_table, summary
+from helpers.quality import DEFAULT_METHODS, METHODS, evaluate, markdown_table, summary
 
 
 @pytest.fixture
@@ -17,7 +17,7 @@ def rows(tiny_text_pair):
 
 
 def test_every_method_writes_the_right_number_of_samples(rows):
-    counts = {m: sum(r["method"] == m for r in rows) for m in METHODS}
+    counts = {m: sum(r["method"] == m for r in rows) for m in DEFAULT_METHODS}
     assert counts == {"sampling T=1": 4, "greedy": 2, "top-p 0.95": 4, "contrastive α=0.1": 2}
     for row in rows:
         assert 0 < row["n_tokens"] <= 6
@@ -34,13 +34,28 @@ def test_sampled_rows_differ_by_seed_and_rerun_identically(tiny_text_pair, rows)
 
 def test_summary_and_table(rows):
     table = summary(rows)
-    assert set(table) == set(METHODS)
+    assert set(table) == set(DEFAULT_METHODS)
     mean, std = table["greedy"]["diversity"]
     assert 0 <= mean <= 1 and std >= 0 and not math.isnan(mean)
     text = markdown_table(table)
     assert text.splitlines()[0].startswith("| metric | sampling T=1")
     assert "| perplexity |" in text and " ± " in text
     assert set(summary(rows, with_prompt=True)["greedy"]) >= {"entropy-1", "diversity"}
+
+
+def test_one_model_methods_of_notebook_06(tiny_text_pair):
+    rows = evaluate(tiny_text_pair, ["w1 w2 w3"], max_new_tokens=5, methods=["contrastive search", "DoLa"],
+                    progress=False)
+    assert [r["method"] for r in rows] == ["contrastive search", "DoLa"]
+    assert all(0 < r["n_tokens"] <= 5 for r in rows)
+
+
+@pytest.mark.pocket
+def test_contrastive_decoding_with_the_early_exit_amateur(pocket):
+    name = "contrastive α=0.1 (early-exit amateur)"
+    rows = evaluate(pocket, ["The capital of France is"], max_new_tokens=4, methods=[name], progress=False)
+    assert rows[0]["method"] == name and 0 < rows[0]["n_tokens"] <= 4
+    assert name in METHODS and name not in DEFAULT_METHODS
 
 
 def test_bad_arguments(tiny_text_pair):
@@ -60,3 +75,9 @@ def test_command_line_writes_json(tiny_text_pair, tmp_path, monkeypatch, capsys)
     assert result["settings"]["samples"] == 1 and result["settings"]["max_new_tokens"] == 24
     assert {r["prompt"] for r in result["sets"]["p.txt"]["rows"]} == {"w1 w2", "w3"}  # --quick: 2 prompts
     assert "### p.txt" in capsys.readouterr().out
+
+
+def test_command_line_refuses_unknown_methods(capsys):
+    with pytest.raises(SystemExit):
+        quality.main(["--methods", "greedy,beam search"])
+    assert "unknown --methods" in capsys.readouterr().err
