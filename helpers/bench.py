@@ -46,6 +46,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 from transformers.utils import logging as hf_logging
 
+from helpers.data import ARTICLE_PROMPTS, grounded_tasks, read_prompts
 from helpers.decoding import Generation, naive, prompt_lookup, speculative
 from helpers.models import Pair, load_pair, self_draft
 from helpers.timing import (
@@ -58,7 +59,7 @@ from helpers.timing import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_PROMPTS = REPO / "data" / "article_prompts.txt"
+DEFAULT_PROMPTS = ARTICLE_PROMPTS
 DEFAULT_OUT = REPO / "output" / "bench.json"
 DEFAULTS = {"gammas": "1,2,3,4,5,6,7,8,9,10", "repeats": 3, "max_new_tokens": 48}
 QUICK = {"gammas": "1,4", "prompts": 2, "repeats": 1, "max_new_tokens": 24}
@@ -480,6 +481,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              "naive, the baseline, always runs; the drafting methods run once per γ")
     parser.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS,
                         help="text file, one prompt per line (default data/article_prompts.txt in the repository)")
+    parser.add_argument("--grounded", action="store_true",
+                        help="instead of --prompts: notebook 06's input-grounded tasks (summarise, quote, edit the "
+                             "passage in data/passage.txt) as chat turns, where prompt lookup drafts well")
     parser.add_argument("--repeats", type=int, default=None,
                         help=f"timed rounds per prompt (default {DEFAULTS['repeats']}; --quick: {QUICK['repeats']})")
     parser.add_argument("--max-new-tokens", type=int, default=None,
@@ -508,19 +512,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def read_prompts(path: Path | str, limit: int | None = None) -> list[str]:
-    prompts = [line.strip() for line in Path(path).read_text().splitlines() if line.strip()]
-    if not prompts:
-        raise ValueError(f"{path} holds no prompts (one per line)")
-    return prompts[:limit]
-
-
 def main(argv: Sequence[str] | None = None) -> dict:
     """Parse the options, load the pair, run the benchmark, write the JSON and print the table."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    prompts = read_prompts(args.prompts, args.n_prompts)
     pair = load_pair(args.pair)
+    if args.grounded:
+        prompts: list[Prompt] = [pair.encode_chat(task) for task in list(grounded_tasks().values())[:args.n_prompts]]
+    else:
+        prompts = list(read_prompts(args.prompts, args.n_prompts))
     result = run_benchmark(pair, prompts, args.gammas, repeats=args.repeats, max_new_tokens=args.max_new_tokens,
                            temperature=args.temperature, seed=args.seed, progress=not args.no_progress,
                            methods=args.methods)

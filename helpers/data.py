@@ -32,6 +32,8 @@ def read_prompts(path: Path | str, limit: int | None = None) -> list[str]:
     """
     path = Path(path)
     prompts = [line.replace("\\n", "\n") for line in path.read_text().splitlines() if line.strip()]
+    if not prompts:
+        raise ValueError(f"{path} holds no prompts (one per line)")
     if limit is not None:
         if not 1 <= limit <= len(prompts):
             raise ValueError(f"asked for {limit} prompts but {path} has {len(prompts)}: use 1..{len(prompts)}")

@@ -239,3 +239,21 @@ def test_parse_args_defaults():
     assert quick.gammas == [2, 3] and quick.repeats == 1 and quick.max_new_tokens == 24
     with pytest.raises(SystemExit):
         bench.parse_args(["--gammas", "1,x"])
+
+
+def test_grounded_tasks_are_encoded_as_chat_turns(pair, tmp_path, monkeypatch):
+    encoded = []
+
+    def encode_chat(text):
+        encoded.append(text)
+        return pair.encode(text)
+
+    monkeypatch.setattr(bench, "load_pair", lambda name: pair)
+    monkeypatch.setattr(bench, "grounded_tasks", lambda: {"copy": "ab ab ab", "edit": "cd cd", "quote": "efg"})
+    monkeypatch.setattr(pair, "encode_chat", encode_chat)
+    out = tmp_path / "bench.json"
+    bench.main(["--grounded", "--n-prompts", "2", "--methods", "prompt-lookup", "--gammas", "2", "--repeats", "1",
+                "--max-new-tokens", "4", "--out", str(out), "--no-progress"])
+    data = json.loads(out.read_text())
+    assert encoded == ["ab ab ab", "cd cd"]
+    assert {c["method"] for c in data["configurations"]} == {"naive", "prompt_lookup"}
