@@ -74,8 +74,8 @@ class Settings:
     ce_weight: float = 0.3
     autocast: bool = True
     """Train in bfloat16 mixed precision (fast on CPUs with AVX-512 BF16 and on recent GPUs)."""
-    eval_prompts: int = 60
-    eval_tokens: int = 48
+    eval_prompts: int = 30
+    eval_tokens: int = 32
     eval_gamma: int = 4
     timing_repeats: int = 30
     seed: int = 0
@@ -374,6 +374,11 @@ def model_card(card: dict) -> str:
     for label, key, fmt in rows:
         table.append(f"| {label} | {fmt.format(q[key])} |" + (f" {fmt.format(before[key])} |" if before else ""))
     last = card["log"][-1] if card["log"] else {}
+    losses = [entry["valid_loss"] for entry in card["log"]]
+    trend = ("The validation loss was still falling when training stopped: more data or more steps should raise α "
+             "further." if len(losses) > 1 and losses[-1] < losses[-2] else
+             "The validation loss had stopped falling: more (and more varied) teacher data is what would help, "
+             "not more epochs.")
     return f"""# pocket-draft: a distilled draft for SmolLM2-135M-Instruct
 
 A {card['parameters'] / 1e6:.1f}M-parameter Llama-style model with SmolLM2's tokenizer (vocabulary {card['vocab']}),
@@ -407,6 +412,14 @@ validation data {last.get('valid_top1', float('nan')):.3f}.
 Step times: medians of {s['timing_repeats']} alternating KV-cached 1-token forward passes.
 
 {chr(10).join(table)}
+
+## Limitations and what would help
+{trend} The student is small by necessity (the 49k-token embedding is most of its
+{card['parameters'] / 1e6:.1f}M parameters and of the 30 MB budget). More teacher text is the cheapest lever: the
+expert wrote {(card['train_tokens'] + card['valid_tokens']) / max(card['generate_seconds'], 1e-9):.0f} tokens/s
+here (batch {s['batch_size']}); a GPU, which this run did not have, makes a run with ten times the data and a wider
+student practical. On this CPU even a better draft pays off only where verification is cheap: notebooks 04-06
+measure the cost model.
 
 ## Reproduce
 Hardware: {card['hardware']}. Total time {card['total_seconds'] / 60:.0f} min.
