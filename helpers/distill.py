@@ -366,13 +366,12 @@ def model_card(card: dict) -> str:
     s, q, before = card["settings"], card["quality"], card.get("quality_before")
     shape = s["student"]
     rows = [("α (temperature 1)", "alpha", "{:.3f}"), ("greedy agreement", "agreement", "{:.3f}"),
-            ("1-token step, expert (ms)", "expert_step_ms", "{:.1f}"), ("1-token step, draft (ms)", "draft_step_ms",
-                                                                       "{:.1f}"),
-            ("c = draft step / expert step", "c", "{:.3f}")]
-    table = ["| metric | after training |" + (" at initialisation |" if before else ""),
-             "|---|---:|" + ("---:|" if before else "")]
+            ("1-token step, expert (ms)", "expert_step_ms", "{:.1f}"),
+            ("1-token step, draft (ms)", "draft_step_ms", "{:.1f}"), ("c = draft step / expert step", "c", "{:.3f}")]
+    table = ["| metric |" + (" at initialisation |" if before else "") + " after training |",
+             "|---|" + ("---:|" if before else "") + "---:|"]
     for label, key, fmt in rows:
-        table.append(f"| {label} | {fmt.format(q[key])} |" + (f" {fmt.format(before[key])} |" if before else ""))
+        table.append(f"| {label} |" + (f" {fmt.format(before[key])} |" if before else "") + f" {fmt.format(q[key])} |")
     last = card["log"][-1] if card["log"] else {}
     losses = [entry["valid_loss"] for entry in card["log"]]
     trend = ("The validation loss was still falling when training stopped: more data or more steps should raise α "
@@ -421,8 +420,18 @@ here (batch {s['batch_size']}); a GPU, which this run did not have, makes a run 
 student practical. On this CPU even a better draft pays off only where verification is cheap: notebooks 04-06
 measure the cost model.
 
+## Use
+
+```python
+from helpers.models import load_pair
+pair = load_pair("pocket")  # expert + this draft (amateur "distilled")
+# or on its own, with the expert's tokenizer:
+# LlamaForCausalLM.from_pretrained("data/pocket-draft", dtype=torch.float32)
+```
+
 ## Reproduce
-Hardware: {card['hardware']}. Total time {card['total_seconds'] / 60:.0f} min.
+Hardware: {card['hardware']}. Total time {card['total_seconds'] / 60:.0f} min. Every stage resumes where an
+interrupted run stopped (teacher shards, training checkpoints in `output/distill/`).
 
 ```
 {card['command']}
