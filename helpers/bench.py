@@ -427,9 +427,10 @@ def markdown_table(result: dict) -> str:
     machine = result["machine"]
     lines += [
         "",
-        f"- cost ratios: c={_fmt(cost['c'], '.3f')}, {r}; predicted = E[tokens]/(γ·c + r) with α = "
-        f"{result['alpha_source']}",
-        f"- α at temperature 1 (one sampled run per prompt, γ={t1['gamma']}): {_fmt(t1['alpha'], '.3f')}",
+        f"- cost ratios of the pair's amateur ({settings['amateur']}): c={_fmt(cost['c'], '.3f')}, {r}; "
+        f"predicted = E[tokens]/(γ·c + r) with α = {result['alpha_source']}",
+        f"- α of the pair's amateur at temperature 1 (one sampled speculative run per prompt, γ={t1['gamma']}): "
+        f"{_fmt(t1['alpha'], '.3f')}",
         f"- time ours/HF: naive/greedy {_fmt(ratios['ours_naive_over_hf_greedy'])}; "
         f"speculative/assisted {spec_hf} (< 1: ours faster)",
         f"- {settings['pair']} ({settings['expert']} + {settings['amateur']}), {settings['max_new_tokens']} "

@@ -104,7 +104,7 @@ def test_markdown_table_has_a_row_per_configuration(result):
     assert lines[0].startswith("| configuration |")
     assert sum(line.startswith("| ours") or line.startswith("| HF") for line in lines) == len(
         result["configurations"])
-    assert "c=" in table and "α at temperature 1" in table
+    assert "c=" in table and "amateur at temperature 1" in table
 
 
 def test_sampling_also_produces_n_tokens(pair):
