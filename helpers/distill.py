@@ -459,11 +459,32 @@ def hardware() -> str:
     return f"{info['cpu'] or info['platform']}, {info['threads']} threads, torch {info['torch']}"
 
 
+RESUME_KEYS = ("n_prompts", "batch_size", "max_new_tokens", "top_k", "greedy_every", "student", "epochs",
+               "train_batch", "lr", "warmup", "ce_weight", "autocast", "seed")
+"""Settings that the teacher shards and the training checkpoint depend on."""
+
+
+def check_work_folder(work: Path, settings: Settings) -> None:
+    """Resuming is only safe with the settings that made the folder: remember them, refuse a mismatch."""
+    wanted = {key: asdict(settings)[key] for key in RESUME_KEYS}
+    record = work / "settings.json"
+    if record.exists():
+        made = json.loads(record.read_text())
+        changed = sorted(key for key in RESUME_KEYS if made.get(key) != wanted[key])
+        if changed:
+            raise ValueError(f"{work} holds a run with other settings ({', '.join(changed)}); resuming would mix "
+                             "them. Choose another folder with --work, or delete this one.")
+    else:
+        work.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps(wanted, indent=1))
+
+
 def run(expert: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: Settings, *, work: Path,
         out: Path | None, prompts_file: Path = DISTILL_PROMPTS,
         eval_file: Path = PROMPTS, command: str = "", progress: bool = True) -> dict:
     """All four stages; every stage skips what an earlier run in ``work`` already finished."""
     start = time.perf_counter()
+    check_work_folder(work, settings)
     torch.manual_seed(settings.seed)
     prompts = read_prompts(prompts_file, settings.n_prompts)
     t0 = time.perf_counter()
@@ -506,7 +527,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m helpers.distill", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="notebook-sized run (≈ 3 min), writes no draft")
-    parser.add_argument("--work", type=Path, default=Path("output/distill"), help="resumable work folder")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="resumable work folder (default output/distill, output/distill-quick with --quick)")
     parser.add_argument("--out", type=Path, default=None,
                         help=f"where the draft and its model card go (default {DRAFT_FOLDER.relative_to(DATA.parent)};"
                              " none with --quick)")
@@ -531,11 +553,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         elif value is not None and hasattr(settings.student, name):
             setattr(settings.student, name, value)
     settings.autocast = not args.fp32_training
+    work = args.work or Path("output/distill-quick" if args.quick else "output/distill")
     out = args.out if args.out is not None or args.quick else DRAFT_FOLDER
     pair = load_pair("pocket", amateur="early-exit")
     command = "python -m helpers.distill " + " ".join(shlex.quote(a) for a in (argv if argv is not None
                                                                                 else sys.argv[1:]))
-    card = run(pair.expert, pair.tokenizer, settings, work=args.work, out=out, command=command.strip(),
+    card = run(pair.expert, pair.tokenizer, settings, work=work, out=out, command=command.strip(),
                progress=not args.no_progress)
     for label, key in (("before", "quality_before"), ("after", "quality")):
         q = card[key]

@@ -146,3 +146,10 @@ def test_pipeline_end_to_end_writes_a_loadable_draft_and_its_card(teacher, token
 def test_a_missing_draft_says_how_to_make_one(teacher, tmp_path):
     with pytest.raises(FileNotFoundError, match=r"python -m helpers\.distill"):
         distilled_draft(teacher, tmp_path)
+
+
+def test_a_work_folder_refuses_to_resume_with_other_settings(tmp_path):
+    distill.check_work_folder(tmp_path, toy_settings())
+    distill.check_work_folder(tmp_path, toy_settings(eval_prompts=2))  # evaluation settings may change
+    with pytest.raises(ValueError, match="other settings \\(batch_size, lr\\)"):
+        distill.check_work_folder(tmp_path, toy_settings(batch_size=8, lr=1e-3))
