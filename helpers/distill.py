@@ -40,7 +40,7 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, PreTrained
 from helpers.bench import machine_info
 from helpers.data import DATA, DISTILL_PROMPTS, DRAFT_FOLDER, PROMPTS, read_prompts
 from helpers.decoding import speculative
-from helpers.models import load_pair
+from helpers.models import count_parameters, load_pair
 from helpers.timing import ForwardStep, interleaved, median
 
 
@@ -423,14 +423,15 @@ measure the cost model.
 ## Use
 
 ```python
-from helpers.models import load_pair
+from helpers.models import count_parameters, load_pair
 pair = load_pair("pocket")  # expert + this draft (amateur "distilled")
 # or on its own, with the expert's tokenizer:
 # LlamaForCausalLM.from_pretrained("data/pocket-draft", dtype=torch.float32)
 ```
 
 ## Reproduce
-Hardware: {card['hardware']}. Total time {card['total_seconds'] / 60:.0f} min. Every stage resumes where an
+Hardware: {card['hardware']}. Total time {card['total_seconds'] / 60:.0f} min (generation, training and both
+evaluations). Every stage resumes where an
 interrupted run stopped (teacher shards, training checkpoints in `output/distill/`).
 
 ```
@@ -483,17 +484,21 @@ def run(expert: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: S
         out: Path | None, prompts_file: Path = DISTILL_PROMPTS,
         eval_file: Path = PROMPTS, command: str = "", progress: bool = True) -> dict:
     """All four stages; every stage skips what an earlier run in ``work`` already finished."""
-    start = time.perf_counter()
     check_work_folder(work, settings)
     torch.manual_seed(settings.seed)
     prompts = read_prompts(prompts_file, settings.n_prompts)
-    t0 = time.perf_counter()
-    shards = generate(expert, tokenizer, prompts, work / "teacher", settings, progress=progress)
-    generate_seconds = time.perf_counter() - t0
     timing = work / "timing.json"
-    times = json.loads(timing.read_text()) if timing.exists() else {}
-    times["generate"] = times.get("generate", 0.0) + generate_seconds
-    timing.write_text(json.dumps(times))
+    seconds = json.loads(timing.read_text()) if timing.exists() else {}
+    """Wall-clock seconds per stage, summed over the runs that resumed this work folder."""
+
+    def timed(stage: str, fn, *args, **kwargs):
+        start = time.perf_counter()
+        result = fn(*args, **kwargs)
+        seconds[stage] = seconds.get(stage, 0.0) + time.perf_counter() - start
+        timing.write_text(json.dumps(seconds))
+        return result
+
+    shards = timed("generate", generate, expert, tokenizer, prompts, work / "teacher", settings, progress=progress)
     examples = load_examples(shards)
     random.Random(settings.seed).shuffle(examples)
     n_valid = max(1, len(examples) // 20)
@@ -503,20 +508,20 @@ def run(expert: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: S
     eval_args = {"max_new_tokens": settings.eval_tokens, "gamma": settings.eval_gamma,
                  "timing_repeats": settings.timing_repeats, "seed": settings.seed, "progress": progress}
     before_file = work / "quality-before.json"
-    if before_file.exists():
-        before = json.loads(before_file.read_text())
-    else:
-        before = asdict(evaluate(expert, student, tokenizer, eval_prompts, **eval_args))
-        before_file.write_text(json.dumps(before))
+    if not before_file.exists():
+        quality_before = timed("evaluate", evaluate, expert, student, tokenizer, eval_prompts, **eval_args)
+        before_file.write_text(json.dumps({**asdict(quality_before), "c": quality_before.c}))
+    before = json.loads(before_file.read_text())
     log = train(student, train_set, valid, work / "train", settings, tokenizer.pad_token_id, progress=progress)
-    quality = evaluate(expert, student, tokenizer, eval_prompts, **eval_args)
-    before["c"] = before["draft_step_ms"] / before["expert_step_ms"]
-    card = {"settings": asdict(settings), "parameters": sum(p.numel() for p in student.parameters()),
+    quality = timed("evaluate", evaluate, expert, student, tokenizer, eval_prompts, **eval_args)
+    train_seconds = log[-1]["seconds"] if log else 0.0
+    card = {"settings": asdict(settings), "parameters": count_parameters(student),
             "vocab": student.config.vocab_size, "n_prompts": len(prompts),
             "train_tokens": count_tokens(train_set), "valid_tokens": count_tokens(valid),
-            "generate_seconds": times["generate"], "train_seconds": log[-1]["seconds"] if log else 0.0,
-            "total_seconds": times["generate"] + (log[-1]["seconds"] if log else 0.0) + time.perf_counter() - start
-            - generate_seconds, "quality": {**asdict(quality), "c": quality.c}, "quality_before": before,
+            "generate_seconds": seconds["generate"], "train_seconds": train_seconds,
+            "evaluate_seconds": seconds["evaluate"],
+            "total_seconds": seconds["generate"] + train_seconds + seconds["evaluate"],
+            "quality": {**asdict(quality), "c": quality.c}, "quality_before": before,
             "log": log, "hardware": hardware(), "command": command}
     if out is not None:
         save(student, out, card)
