@@ -35,6 +35,7 @@ import platform
 import shlex
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -53,6 +54,7 @@ from helpers.timing import (
     cost_ratios,
     expected_tokens,
     interleaved,
+    load_warning,
     median,
     predicted_speedup,
     summarize,
@@ -294,6 +296,9 @@ def run_benchmark(pair: Pair, prompts: Sequence[Prompt], gammas: Sequence[int], 
                          f"{repeats}, {max_new_tokens}, {temperature}")
     started = time.perf_counter()
     load_before = _load_average()
+    busy = load_warning()
+    if busy:
+        warnings.warn(busy, RuntimeWarning, stacklevel=2)
     n = max_new_tokens
     encoded = [p if isinstance(p, torch.Tensor) else pair.encode(p) for p in prompts]
     configs = _configurations(gammas, methods)

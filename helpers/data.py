@@ -1,7 +1,12 @@
-"""The files in ``data/`` and how to read them (see data/README.md for what each one is)."""
+"""The files in ``data/`` and how to read them (see data/README.md for what each one is).
+
+Every path is resolved from this package, never from the working directory: a notebook finds its data whether the
+kernel starts in ``notebooks/`` (JupyterLab), in the repository (papermill, nbval) or in ``/content`` (Colab).
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -15,6 +20,10 @@ PASSAGE = DATA / "passage.txt"
 """A short text for notebook 06's input-grounded tasks (prompt lookup)."""
 DRAFT_FOLDER = DATA / "pocket-draft"
 """The draft distilled from the pocket expert by ``python -m helpers.distill`` (notebook 05)."""
+DRAFT_CARD = DRAFT_FOLDER / "card.json"
+"""The distilled draft's measurements (model card data: held-out α, c, the learning curve; notebooks 05, 06)."""
+RESULTS = DATA / "results"
+"""The committed results of the full benchmark and quality runs, each JSON holding the command that made it."""
 
 GROUNDED_TASKS = {
     "summarise": "Summarise this text in two sentences.\n\n{passage}",
@@ -39,6 +48,29 @@ def read_prompts(path: Path | str, limit: int | None = None) -> list[str]:
             raise ValueError(f"asked for {limit} prompts but {path} has {len(prompts)}: use 1..{len(prompts)}")
         prompts = prompts[:limit]
     return prompts
+
+
+def result_path(name: Path | str) -> Path:
+    """A committed result by file name (``"bench-pocket.json"`` is ``data/results/bench-pocket.json``).
+
+    An absolute path is taken as it is, so a notebook parameter can point at a result you produced yourself.
+    """
+    path = Path(name)
+    if not path.is_absolute():
+        if len(path.parts) != 1:
+            raise ValueError(f"{name!r}: give a file name in {RESULTS} or an absolute path (relative paths would "
+                             "depend on the working directory)")
+        path = RESULTS / path
+    if not path.is_file():
+        known = ", ".join(sorted(p.name for p in RESULTS.glob("*.json")))
+        raise FileNotFoundError(f"{path} does not exist; committed results: {known}")
+    return path
+
+
+def read_json(name: Path | str) -> dict:
+    """A committed result (see :func:`result_path`) or another JSON file given by absolute path, parsed."""
+    path = Path(name)
+    return json.loads((path if path.is_absolute() else result_path(path)).read_text())
 
 
 def grounded_tasks() -> dict[str, str]:

@@ -159,9 +159,38 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _model_name(model: PreTrainedModel) -> str:
+    path = getattr(model.config, "name_or_path", "")
+    return f"{type(model).__name__} ({path})" if path else type(model).__name__
+
+
+def _check_rollback(model: PreTrainedModel) -> None:
+    """Refuse a model whose KV cache a rejected draft cannot be cropped from (:meth:`CachedModel.rollback`).
+
+    In transformers 5.2x ``DynamicCache.crop`` raises for a sliding-window layer (``DynamicSlidingWindowLayer``,
+    ``is_sliding``) once the window is full, and for every linear-attention layer (``LinearAttentionLayer`` and its
+    hybrids, ``is_croppable`` False on a fresh cache), unless the cache records its past states
+    (``activate_past_recording``), which :class:`CachedModel` does not do. The check is made up front, from the
+    model's config, even where a short run would never fill the window.
+    """
+    layers = DynamicCache(config=model.config).layers
+    bad = sorted({type(layer).__name__ for layer in layers
+                  if getattr(layer, "is_sliding", False) or not getattr(layer, "is_croppable", True)})
+    if bad:
+        raise ValueError(f"{_model_name(model)} has sliding-window or linear-attention cache layers ({', '.join(bad)}) "
+                         "that transformers' DynamicCache.crop cannot roll back after a rejected draft: speculative "
+                         "decoding with this model's cache is not supported here; use transformers' "
+                         "model.generate(assistant_model=...) (or prompt_lookup_num_tokens=...) instead")
+
+
 def check_inputs(models: Sequence[PreTrainedModel], input_ids: torch.Tensor, max_new_tokens: int, *,
-                 temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None) -> None:
-    """Raise a TypeError/ValueError that says what to do for every kind of bad input the decoders refuse."""
+                 temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+                 generator: torch.Generator | None = None, rollback: bool = False) -> None:
+    """Raise a TypeError/ValueError that says what to do for every kind of bad input the decoders refuse.
+
+    ``rollback=True`` (speculative, prompt lookup) also refuses models whose KV cache cannot be cropped back after
+    a rejected draft (:func:`_check_rollback`).
+    """
     if not isinstance(input_ids, torch.Tensor):
         raise TypeError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}; "
                         "use tokenizer(text, return_tensors='pt').input_ids or pair.encode(text)")
@@ -176,6 +205,9 @@ def check_inputs(models: Sequence[PreTrainedModel], input_ids: torch.Tensor, max
         raise ValueError("the prompt is empty: give at least one token (e.g. the BOS token)")
     if not _is_int(max_new_tokens, 0):
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}: "
+                        "pass torch.Generator(model.device).manual_seed(seed), not the seed itself")
     if not (_is_number(temperature) and temperature >= 0):
         raise ValueError(f"temperature must be a number >= 0 (0 means greedy), got {temperature!r}")
     if top_k is not None and not _is_int(top_k, 1):
@@ -192,11 +224,19 @@ def check_inputs(models: Sequence[PreTrainedModel], input_ids: torch.Tensor, max
     if len(vocab_sizes) > 1:
         raise ValueError(f"expert and amateur have different vocabulary sizes {sorted(vocab_sizes)}: "
                          "use two models that share one tokenizer (see helpers.models.load_pair)")
+    vocab = min(m.get_input_embeddings().weight.shape[0] for m in models)
+    low, high = int(input_ids.min()), int(input_ids.max())
+    if low < 0 or high >= vocab:
+        raise ValueError(f"input_ids must lie in 0..{vocab - 1} (the model's vocabulary has {vocab} tokens); got "
+                         f"{'min' if low < 0 else 'max'} {low if low < 0 else high}: encode the text with the pair's "
+                         "tokenizer (pair.encode(text))")
     for model in models:
         context = _context_length(model)
         if context is not None and input_ids.shape[1] + max_new_tokens > context:
             raise ValueError(f"prompt ({input_ids.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
                              f"the model's context of {context} tokens: shorten the prompt or max_new_tokens")
+        if rollback:
+            _check_rollback(model)
 
 
 def _eos_set(eos_token_id: EosIds) -> frozenset[int]:
@@ -211,6 +251,9 @@ def probabilities(logits: torch.Tensor, temperature: float = 1.0, top_k: int | N
     """The distribution a sampler draws from: softmax(logits / T), restricted to the top-k tokens and to the
     smallest set whose probability reaches top_p (nucleus, Holtzman et al. 2020), then renormalised.
     ``temperature=0`` gives a one-hot vector on the argmax (greedy). Works on the last dimension, in fp32.
+
+    Top-k keeps ties: every token whose logit equals the k-th largest stays, so more than k tokens can remain (as
+    in transformers' ``TopKLogitsWarper``, which also masks only the logits below the k-th).
     """
     logits = logits.float()
     if temperature == 0:
@@ -230,15 +273,21 @@ def probabilities(logits: torch.Tensor, temperature: float = 1.0, top_k: int | N
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> int:
-    """Draw one token id from a probability vector (on the generator's device, so seeds reproduce)."""
+    """Draw one token id from a probability vector (on the generator's device, so seeds reproduce).
+
+    This and :func:`bernoulli` are the only random draws of the decoders: :func:`helpers.stats.exact_distribution`
+    replaces the two to enumerate every outcome of a decoder (notebook 03, the exactness experiment).
+    """
     if generator is not None and probs.device != generator.device:
         probs = probs.to(generator.device)
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
-def _uniform(generator: torch.Generator | None) -> float:
+def bernoulli(probability: float, generator: torch.Generator | None = None) -> bool:
+    """True with the given probability: one uniform draw u, True if u < probability (the acceptance test of
+    modified rejection sampling, Leviathan et al. Algorithm 1)."""
     device = generator.device if generator is not None else "cpu"
-    return float(torch.rand((), generator=generator, device=device))
+    return float(torch.rand((), generator=generator, device=device)) < probability
 
 
 def _pick(probs: torch.Tensor, temperature: float, generator: torch.Generator | None) -> int:
@@ -322,7 +371,8 @@ def naive(model: PreTrainedModel, input_ids: torch.Tensor, *, max_new_tokens: in
 
     ``use_cache=False`` re-reads the whole prefix at every step (quadratic work), like the source article.
     """
-    check_inputs([model], input_ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
+    check_inputs([model], input_ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                 generator=generator)
     eos = _eos_set(eos_token_id)
     lm = CachedModel(model, input_ids, use_cache)
     new: list[int] = []
@@ -425,7 +475,7 @@ def _draft_and_verify(exp: CachedModel, propose: Proposer, *, max_new_tokens: in
         for i, x in enumerate(draft):
             p_x, q_x = float(ps[i, x]), float(qs[i][x])
             stats.betas.append(float(torch.minimum(ps[i], qs[i]).sum()))
-            accepted = p_x >= q_x or (temperature > 0 and _uniform(generator) < p_x / q_x)
+            accepted = p_x >= q_x or (temperature > 0 and bernoulli(p_x / q_x, generator))
             if not accepted:
                 residual = torch.clamp(ps[i] - qs[i], min=0)
                 mass = residual.sum()
@@ -465,9 +515,11 @@ def speculative(expert: PreTrainedModel, amateur: PreTrainedModel, input_ids: to
     first rejection a token is drawn from norm(max(0, p_i - q_i)) and the round ends; if all γ are accepted a
     bonus token is drawn from p_{γ+1}. p and q are transformed alike (temperature, top-k, top-p), so the output
     is distributed exactly as :func:`naive` sampling from the expert with the same settings. Both KV caches are
-    cropped back to the accepted prefix after a rejection.
+    cropped back to the accepted prefix after a rejection, so models whose cache cannot be cropped (sliding-window
+    or linear-attention layers) are refused up front (:func:`_check_rollback`).
     """
-    check_inputs([expert, amateur], input_ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
+    check_inputs([expert, amateur], input_ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                 generator=generator, rollback=True)
     _check_pair_args(gamma=gamma)
     exp, ama = CachedModel(expert, input_ids), CachedModel(amateur, input_ids)
 
@@ -491,7 +543,12 @@ def speculative(expert: PreTrainedModel, amateur: PreTrainedModel, input_ids: to
 # ----------------------------------------------------------------------------------- prompt lookup
 def lookup_draft(context: Sequence[int], n_tokens: int, max_ngram: int = 3) -> list[int]:
     """The prompt-lookup draft: for n = max_ngram down to 1, find the most recent earlier occurrence of the
-    context's last n tokens and return (at most ``n_tokens`` of) the tokens that followed it; [] if none matches."""
+    context's last n tokens and return (at most ``n_tokens`` of) the tokens that followed it; [] if none matches.
+
+    A variant of transformers' ``PromptLookupCandidateGenerator`` (notebook 06), which takes the *leftmost* match of
+    the n-gram instead: on a context where the n-gram occurs more than once the two copy different drafts. Which
+    match is copied changes only the speed, never the output distribution (the drafts are verified exactly).
+    """
     context = list(context)
     for n in range(min(max_ngram, len(context) - 1), 0, -1):
         ngram = context[-n:]
@@ -515,7 +572,8 @@ def prompt_lookup(model: PreTrainedModel, input_ids: torch.Tensor, *, max_new_to
     Without a match the round is a plain one-token step (an expert call with no draft). Wins where the output
     repeats its input: summaries, edits, quotes, code.
     """
-    check_inputs([model], input_ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
+    check_inputs([model], input_ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                 generator=generator, rollback=True)
     _check_pair_args(gamma=gamma)
     if not _is_int(max_ngram, 1):
         raise ValueError(f"max_ngram (the longest n-gram to look up) must be an int >= 1, got {max_ngram!r}; "

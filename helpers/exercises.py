@@ -51,7 +51,7 @@ def check_top_k(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
 
 
 def check_positions_processed(fn: Callable[[int, int], tuple[int, int]]) -> None:
-    """01, exercise 2: ``fn(T, N)`` -> token positions the model processes to write N tokens after a T-token
+    """01, exercise 2: ``fn(L, N)`` -> token positions the model processes to write N tokens after an L-token
     prompt, (without cache, with cache)."""
     what = "positions processed"
     if _pending(fn(5, 3), what):
@@ -61,7 +61,7 @@ def check_positions_processed(fn: Callable[[int, int], tuple[int, int]]) -> None
         assert cache == t + n - 1, ("with a cache the prompt is read once and every new token once, except the "
                                     "last one, which is never fed back")
         assert no_cache == n * t + n * (n - 1) // 2, ("without a cache step i re-reads the whole prefix of "
-                                                       "T + i tokens, for i = 0 .. N-1")
+                                                       "L + i tokens, for i = 0 .. N-1")
     _ok(what)
 
 

@@ -147,7 +147,7 @@ def describe_iteration(tokenizer, it: SpecIteration) -> str:
     parts = [f"drafted {len(it.draft)}: {' '.join(shown) or '(nothing)'}", f"accepted {it.n_accepted}"]
     if it.n_accepted < len(it.draft):
         i = it.n_accepted
-        parts.append(f"rejected {shown[i]} (p = {it.p_draft[i]:.3f} < q = {it.q_draft[i]:.3f}, "
+        parts.append(f"rejected {shown[i]} (p = {it.p_draft[i]:.2g} < q = {it.q_draft[i]:.2g}, "
                      f"kept with probability {it.p_draft[i] / it.q_draft[i]:.2f})")
     if it.last_token is not None:
         parts.append(f"{it.last_kind} {tokenizer.decode([it.last_token])!r}")
@@ -230,28 +230,41 @@ def speed_by_gamma(result: dict, *, title: str = "") -> Figure:
     return fig
 
 
-def speedup_surface(cs: Sequence[float], *, r: float = 1.0, points: Sequence[tuple[float, int, float, str]] = (),
-                    title: str = "") -> Figure:
-    """Notebook 04: Leviathan et al.'s predicted speedup E[tokens] / (γc + r) over α × γ, one panel per draft cost
-    c; the contour at 1 separates "faster" from "slower". ``points`` = (α, γ, c, label) are drawn in the panel
-    with the nearest c."""
+def speedup_surface(cs: Sequence[float], *, r: float | dict[int, float] = 1.0,
+                    points: Sequence[tuple[float, int, float, str]] = (), title: str = "") -> Figure:
+    """Notebooks 04 and 06: the predicted speedup E[tokens] / (γc + r(γ)) over α × γ, one panel per draft cost c.
+
+    Panels are ordered by c and share one colour scale; the white contour at 1 separates "faster" (to its right:
+    higher α) from "slower". ``r`` is one verification cost for every γ, or the measured r(γ) per γ (then the
+    γ axis shows exactly the measured γ). ``points`` = (α, γ, c, label) are drawn, labelled, in the panel with the
+    nearest c.
+    """
+    from matplotlib.colors import Normalize
+
     from helpers.timing import predicted_speedup
 
+    r_of = r if isinstance(r, dict) else dict.fromkeys(range(1, 11), float(r))
+    gammas = sorted(r_of)
+    cs = sorted(cs)
     alphas = torch.linspace(0.01, 0.99, 99)
-    gammas = list(range(1, 11))
-    fig, axes = plt.subplots(1, len(cs), figsize=(4.2 * len(cs), 3.6), squeeze=False, sharey=True)
-    for ax, c in zip(axes[0], cs, strict=True):
-        grid = torch.tensor([[predicted_speedup(float(a), g, c, r) for a in alphas] for g in gammas])
-        mesh = ax.contourf(alphas, gammas, grid, levels=20, cmap="viridis")
+    grids = [torch.tensor([[predicted_speedup(float(a), g, c, r_of[g]) for a in alphas] for g in gammas])
+             for c in cs]
+    norm = Normalize(vmin=min(float(g.min()) for g in grids), vmax=max(float(g.max()) for g in grids))
+    levels = torch.linspace(norm.vmin, norm.vmax, 21).tolist()  # one scale for every panel
+    r_text = (f"r = {r:.2f}" if not isinstance(r, dict)
+              else f"r(γ) measured: {min(r.values()):.2f}–{max(r.values()):.2f}")
+    fig, axes = plt.subplots(1, len(cs), figsize=(4.0 * len(cs) + 1.2, 3.6), squeeze=False, sharey=True)
+    for ax, c, grid in zip(axes[0], cs, grids, strict=True):
+        ax.contourf(alphas, gammas, grid, levels=levels, cmap="viridis", norm=norm)
         ax.contour(alphas, gammas, grid, levels=[1.0], colors="white", linewidths=1.5)
-        fig.colorbar(mesh, ax=ax, label="predicted speedup")
-        ax.set_title(f"c = {c:g}, r = {r:.2f}")
+        ax.set_title(f"c = {c:g}, {r_text}", fontsize=10)
         ax.set_xlabel("α (acceptance rate)")
         for alpha, gamma, pc, label in points:
             if min(cs, key=lambda x: abs(x - pc)) == c:
-                ax.plot(alpha, gamma, "o", color=COLORS["rejected"], ms=8)
-                ax.annotate(label, (alpha, gamma), color="white", xytext=(5, 5), textcoords="offset points")
+                ax.plot(alpha, gamma, "o", color=COLORS["rejected"], ms=8, markeredgecolor="white")
+                ax.annotate(label, (alpha, gamma), color="white", xytext=(-6, 6), textcoords="offset points",
+                            ha="right" if alpha > 0.5 else "left", fontsize=9)
     axes[0][0].set_ylabel("γ")
+    fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap="viridis"), ax=axes[0].tolist(), label="predicted speedup")
     fig.suptitle(title)
-    fig.tight_layout()
     return fig

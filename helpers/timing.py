@@ -1,17 +1,19 @@
 """Wall-clock measurement for notebook 04 and ``python -m helpers.bench``.
 
 * :func:`interleaved` -- time several functions round-robin, so that slow drifts of the machine (turbo clocks,
-  another process) hit every method alike.
+  another process) hit every method alike; :func:`paired_ratios` compares two of them round by round, and
+  :func:`load_warning` says when the machine is too busy to time anything.
 * :func:`step_time` / :func:`cost_ratios` -- the cost of one KV-cached forward pass, and the two ratios that
   predict speculative decoding's speed on a CPU: c = draft step / expert step and r(γ) = expert forward over
   γ+1 tokens / expert step.
-* :func:`expected_tokens` / :func:`predicted_speedup` -- Leviathan et al. 2023, Eq. 1 and Thm 3.8, with the
-  verification cost r instead of the paper's "verifying is free" (r = 1).
+* :func:`expected_tokens` / :func:`predicted_speedup` / :func:`best_gamma` -- Leviathan et al. 2023, Eq. 1 and
+  Thm 3.8, with the verification cost r(γ) instead of the paper's "verifying is free" (r = 1).
 """
 
 from __future__ import annotations
 
 import inspect
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -63,6 +65,34 @@ class Summary:
 
 def summarize(times: Sequence[float]) -> Summary:
     return Summary(median=median(times), min=float(min(times)), max=float(max(times)), n=len(times))
+
+
+def paired_ratios(times: dict[str, list[float]], slow: str, fast: str) -> list[float]:
+    """Per-round ratios ``slow / fast`` of an :func:`interleaved` run, sorted: how many times as fast ``fast`` was.
+
+    Both runs of a round share the machine's state at that moment (clock, other processes), so a claim "fast is
+    faster" holds across rounds when even the smallest ratio is above 1, busy machine or not (a sign test: with
+    n rounds all above 1, p = 2^-n under "no difference").
+    """
+    return sorted(s / f for s, f in zip(times[slow], times[fast], strict=True))
+
+
+def load_warning(threshold: float = 0.8) -> str | None:
+    """A warning when other processes keep the CPU busy (1-minute load average ≥ ``threshold``), else None.
+
+    PyTorch runs one OpenMP thread per core; when another process occupies a core, those threads wait for each
+    other and a decoding step can become many times slower (README, "Troubleshooting"). Call it before the
+    measurement starts, so that its own load is not counted.
+    """
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    if load < threshold:
+        return None
+    return (f"the machine is busy (1-minute load average {load:.1f} on {os.cpu_count()} cores, before this "
+            f"measurement started): timings will be slow and noisy. Close other programs, or run with "
+            f"OMP_NUM_THREADS=1 to keep PyTorch's threads from waiting on each other.")
 
 
 # ------------------------------------------------------------------------------------- forward costs
@@ -124,6 +154,17 @@ def expected_tokens(alpha: float, gamma: int) -> float:
     if alpha == 1:
         return float(gamma + 1)
     return (1 - alpha ** (gamma + 1)) / (1 - alpha)
+
+
+def best_gamma(alpha: float, c: float, r_by_gamma: dict[int, float]) -> int:
+    """The γ with the highest :func:`predicted_speedup` among the γ whose verification cost r(γ) was measured.
+
+    r depends on γ (a CPU's forward pass over γ+1 tokens does not cost the same for every γ), so each candidate is
+    scored with its own measured r, never with another γ's.
+    """
+    if not r_by_gamma:
+        raise ValueError("r_by_gamma is empty: measure r for the γ to search, e.g. with cost_ratios")
+    return max(r_by_gamma, key=lambda gamma: predicted_speedup(alpha, gamma, c, r_by_gamma[gamma]))
 
 
 def predicted_speedup(alpha: float, gamma: int, c: float, r: float = 1.0) -> float:

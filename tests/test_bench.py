@@ -115,6 +115,13 @@ def test_sampling_also_produces_n_tokens(pair):
     assert "temperature 1" in sampled["alpha_source"]
 
 
+def test_a_busy_machine_is_warned_about(pair, monkeypatch):
+    monkeypatch.setattr("os.getloadavg", lambda: (1.9, 1.5, 1.0))
+    with pytest.warns(RuntimeWarning, match="machine is busy"):
+        run_benchmark(pair, PROMPTS[:1], [1], repeats=1, max_new_tokens=2, temperature=0.0, progress=False,
+                      methods=["naive"])
+
+
 def test_refuses_bad_arguments(pair):
     with pytest.raises(ValueError, match="gammas"):
         run_benchmark(pair, PROMPTS, [0], progress=False)

@@ -29,3 +29,19 @@ def test_grounded_tasks_contain_the_passage():
     tasks = data.grounded_tasks()
     assert set(tasks) == {"summarise", "quote", "edit"}
     assert all(passage in text and "{passage}" not in text for text in tasks.values())
+
+
+def test_results_are_found_by_name_wherever_the_process_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # as in Colab: the working directory is not the repository
+    assert data.result_path("bench-pocket.json") == data.RESULTS / "bench-pocket.json"
+    assert "command" in data.read_json("bench-pocket.json")
+    own = tmp_path / "mine.json"
+    own.write_text('{"command": "mine"}')
+    assert data.read_json(own) == {"command": "mine"}
+
+
+def test_results_refuse_relative_paths_and_name_what_exists():
+    with pytest.raises(ValueError, match="absolute path"):
+        data.result_path("../data/results/bench-pocket.json")
+    with pytest.raises(FileNotFoundError, match=r"bench-pocket\.json"):
+        data.result_path("no-such-result.json")

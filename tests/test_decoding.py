@@ -1,5 +1,6 @@
-"""helpers.decoding: exactness (statistically), greedy equality, cache correctness, agreement with transformers,
-and every refused input. Tiny random models keep this fast; the pocket pair is used where real text matters."""
+"""helpers.decoding: exactness (statistically, and exactly for one round), greedy equality, cache correctness,
+agreement with transformers, and every refused input. Tiny random models keep this fast; the pocket pair is used
+where real text matters."""
 
 from __future__ import annotations
 
@@ -25,19 +26,40 @@ from helpers.decoding import (
     prompt_lookup,
     speculative,
 )
-from helpers.stats import exact_first_two, first_two_counts, goodness_of_fit
+from helpers.stats import exact_distribution, exact_first_two, first_two_counts, goodness_of_fit, round_error
 
 N_RUNS = 20_000
 LOOKUP_PROMPT = torch.tensor([[2, 8, 7, 2]])
 """Its last token 2 occurred before, followed by 8 7: prompt lookup drafts [8, 7] at once. The tiny expert's
 p(8 | prompt) = 0.23 (its favourite), so the draft is accepted about a quarter of the time, rejected otherwise."""
 LOOKUP_RUNS = 6_000
+EXACT_VOCAB = 6
+EXACT_TOLERANCE = 1e-6
+"""The exact one-round check: TV between a round continued by the expert and the expert alone, float rounding only
+(2e-8 .. 5e-8 here)."""
+BIASED = 1e-3
+"""What the negative controls must exceed: far above float rounding, below their smallest bias (0.011)."""
+T1, TOP3 = {"temperature": 1.0}, {"temperature": 0.7, "top_k": 3}
+
+
+def exact_id(value):
+    """Readable test ids: T0.7-top_k3-gamma2."""
+    if isinstance(value, dict):
+        return "-".join(f"{'T' if k == 'temperature' else k}{v}" for k, v in value.items())
+    return f"gamma{value}"
 
 
 @pytest.fixture(scope="module")
 def deep():
     """A 6-layer tiny model whose DoLa steps contrast with several different early layers."""
     return tiny_llama(5, layers=6)
+
+
+@pytest.fixture(scope="module")
+def exact_pair():
+    """(expert, amateur) over 6 tokens, in float64, for the exact checks: every draft path is enumerated (6^γ), and
+    after [1, 2, 3] their top-3 tokens overlap, so that at T=0.7, top-k=3 drafts are accepted and rejected too."""
+    return tiny_llama(2, layers=2, vocab=EXACT_VOCAB).double(), tiny_llama(3, vocab=EXACT_VOCAB).double()
 
 
 # ------------------------------------------------------------------------------------------ exactness
@@ -86,6 +108,97 @@ def test_the_source_articles_sampler_fails_the_same_test(tiny_pair, prompt, one_
         VOCAB, N_RUNS)
     fit = goodness_of_fit(counts, exact)
     assert fit.p_value < 1e-3 and fit.tv > fit.tv_noise, fit
+
+
+def first_round(decode, gamma):
+    """P(y) for every output y of the first round of ``decode()`` (a Generation with a trace), from every path through
+    its γ + 1 categorical draws (γ drafts, then the expert's token) and the acceptance draws between them."""
+    return exact_distribution(lambda: tuple(decode().trace[0].emitted), branching_draws=gamma + 1)
+
+
+@pytest.mark.parametrize(("warp", "gamma"), [
+    (T1, 1), (T1, 2),                            # the bonus token is the 2nd / 3rd token
+    (TOP3, 1), (TOP3, 2), (TOP3, 3),             # top-k: tokens outside it must get exactly 0
+    ({"temperature": 1.0, "top_p": 0.8}, 2),     # nucleus
+], ids=exact_id)
+def test_one_speculative_round_is_exact(exact_pair, prompt, one_thread, warp, gamma):
+    """Point 17: no sampling noise. Every path through one round of the real :func:`speculative` (drafts, acceptance
+    draws, resampled or bonus token) is enumerated in float64; the round, continued by the expert, must give the
+    expert's distribution of γ + 1 tokens to 1e-6. Both endings happen with positive probability."""
+    expert, amateur = exact_pair
+    outputs = first_round(lambda: speculative(expert, amateur, prompt, max_new_tokens=gamma + 1, gamma=gamma,
+                                              **warp), gamma)
+    assert sum(outputs.values()) == pytest.approx(1.0, abs=1e-12)
+    assert sum(p for y, p in outputs.items() if len(y) == gamma + 1) > 0.01  # all accepted + the bonus token
+    assert sum(p for y, p in outputs.items() if len(y) <= gamma) > 0.01  # a rejection + the resampled token
+    assert round_error(outputs, expert, prompt, gamma + 1, **warp) < EXACT_TOLERANCE
+
+
+@pytest.mark.parametrize(("warp", "gamma"), [(T1, 2), (TOP3, 3)], ids=exact_id)
+def test_one_prompt_lookup_round_is_exact(exact_pair, one_thread, warp, gamma):
+    """The same check for point-mass drafts: [2, 4, 5, 2] drafts what followed the earlier 2."""
+    expert, _ = exact_pair
+    lookup_prompt = torch.tensor([[2, 4, 5, 2]])
+    outputs = exact_distribution(lambda: tuple(prompt_lookup(
+        expert, lookup_prompt, max_new_tokens=gamma + 1, gamma=gamma, **warp).trace[0].emitted), branching_draws=1)
+    assert max(len(y) for y in outputs) >= 2  # the first draft token is accepted on some paths
+    assert round_error(outputs, expert, lookup_prompt, gamma + 1, **warp) < EXACT_TOLERANCE
+
+
+@pytest.mark.parametrize(("warp", "gamma"), [(T1, 1), (T1, 2), (TOP3, 2), (TOP3, 3)], ids=exact_id)
+def test_a_bonus_token_drawn_from_p_gamma_fails_the_exact_check(exact_pair, prompt, one_thread, monkeypatch,
+                                                                 warp, gamma):
+    """Negative control (b): the real sampler, except that the expert's last row p_{γ+1} is replaced by p_γ, so the
+    bonus token is drawn from the distribution that judged the last draft."""
+    expert, amateur = exact_pair
+    real = decoding.probabilities
+
+    def last_row_repeated(logits, *args, **kwargs):
+        probs = real(logits, *args, **kwargs)
+        return torch.cat([probs[:-1], probs[-2:-1]]) if probs.dim() == 2 and len(probs) > 1 else probs
+
+    monkeypatch.setattr(decoding, "probabilities", last_row_repeated)
+    outputs = first_round(lambda: speculative(expert, amateur, prompt, max_new_tokens=gamma + 1, gamma=gamma,
+                                              **warp), gamma)
+    assert round_error(outputs, expert, prompt, gamma + 1, **warp) > BIASED  # 0.011 .. 0.17
+
+
+def speculative_with_draft_filters(expert, amateur, prompt, gamma, draw_top_k, judge_top_k):
+    """:func:`speculative` at T=0.7, top-k=3 (for p), whose drafts are drawn from q filtered with ``draw_top_k`` and
+    judged (acceptance min(1, p/q), residual max(0, p - q)) with q filtered with ``judge_top_k``."""
+    exp, ama = decoding.CachedModel(expert, prompt), decoding.CachedModel(amateur, prompt)
+
+    def propose(n_draft):
+        ama.follow(exp.tokens)
+        draft, judged = [], []
+        for _ in range(n_draft):
+            logits = ama.logits()[-1]
+            draft.append(decoding.sample(probabilities(logits, TOP3["temperature"], draw_top_k)))
+            judged.append(probabilities(logits, TOP3["temperature"], judge_top_k))
+            ama.append(draft[-1:])
+        return draft, judged
+
+    return decoding._draft_and_verify(exp, propose, max_new_tokens=gamma + 1, gamma=gamma, top_p=None,
+                                      generator=None, eos=frozenset(), **TOP3)
+
+
+@pytest.mark.parametrize(("draw_top_k", "judge_top_k", "exact"), [
+    (3, 3, True),          # as speculative does
+    (None, None, True),    # q unfiltered while p is top-k filtered: still exact, modified rejection takes any q
+    (3, None, False),      # negative control (a): drawn from the filtered q, judged with the unfiltered one
+    (None, 3, False),      # ... and the other way round
+], ids=["drawn-top3-judged-top3", "drawn-unfiltered-judged-unfiltered", "drawn-top3-judged-unfiltered",
+        "drawn-unfiltered-judged-top3"])
+def test_a_draft_judged_with_another_q_than_it_was_drawn_from_fails_the_exact_check(
+        exact_pair, prompt, one_thread, draw_top_k, judge_top_k, exact):
+    """Negative control (a). Leviathan et al.'s proof holds for any q, so a q without p's top-k filter is exact
+    (only slower); what breaks exactness is judging a draft with another q than the one it was drawn from."""
+    expert, amateur = exact_pair
+    gamma = 2
+    outputs = first_round(lambda: speculative_with_draft_filters(expert, amateur, prompt, gamma, draw_top_k,
+                                                                 judge_top_k), gamma)
+    error = round_error(outputs, expert, prompt, gamma + 1, **TOP3)
+    assert error < EXACT_TOLERANCE if exact else error > BIASED, error  # 0.22, 0.32
 
 
 def test_models_are_different_enough_for_the_test_to_see_a_bias(tiny_pair, prompt):
@@ -415,6 +528,17 @@ def test_probabilities_filters():
     assert probabilities(logits, 2.0).tolist() == pytest.approx(torch.softmax(logits / 2, -1).tolist())
 
 
+def test_top_k_keeps_ties_like_transformers():
+    """Every token whose logit equals the k-th largest stays: top-2 of [3, 2, 2, 1] keeps three tokens, as
+    transformers' TopKLogitsWarper does."""
+    from transformers.generation.logits_process import TopKLogitsWarper
+
+    logits = torch.tensor([3.0, 2.0, 2.0, 1.0])
+    kept = probabilities(logits, 1.0, top_k=2) > 0
+    assert kept.tolist() == [True, True, True, False]
+    assert kept.tolist() == (TopKLogitsWarper(2)(None, logits[None])[0] > -math.inf).tolist()
+
+
 # ----------------------------------------------------------------------------- EOS, bounds, seeds
 def test_eos_stops_every_method(tiny_pair, prompt):
     expert, amateur = tiny_pair
@@ -504,6 +628,12 @@ BAD_INPUTS = [
     ({"top_p": 1.5}, ValueError, "top_p"),
     ({"top_k": 0}, ValueError, "top_k"),
     ({"gamma": 0}, ValueError, "gamma"),
+    ({"input_ids": torch.tensor([[1, 2, VOCAB]])}, ValueError,
+     rf"input_ids must lie in 0\.\.{VOCAB - 1} \(the model's vocabulary has {VOCAB} tokens\); got max {VOCAB}: "
+     "encode the text with the pair's tokenizer"),
+    ({"input_ids": torch.tensor([[1, -1, 2]])}, ValueError, "must lie in 0.*got min -1"),
+    ({"generator": 0}, TypeError, r"generator must be a torch\.Generator or None, got int: pass torch\.Generator"),
+    ({"generator": "seed"}, TypeError, "generator must be a torch.Generator"),
 ]
 
 
@@ -518,7 +648,9 @@ def test_bad_input_is_refused_with_a_clear_message(tiny_pair, prompt, change, er
     if "gamma" not in change:
         with pytest.raises(error, match=message):
             naive(expert, **kwargs)
-    if not {"gamma", "temperature", "top_p", "top_k"} & set(change):
+    if not {"gamma", "temperature", "top_p", "top_k", "generator"} & set(change):
+        with pytest.raises(error, match=message):
+            contrastive(expert, amateur, **kwargs)
         for single_model_method in (contrastive_search, dola):
             with pytest.raises(error, match=message):
                 single_model_method(expert, **kwargs)
@@ -567,6 +699,35 @@ def test_dola_refuses_models_without_a_final_norm(prompt):
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_positions=64, n_embd=16, n_layer=2, n_head=2)).eval()
     with pytest.raises(ValueError, match=r"Llama-style model \(model.model.norm, model.lm_head\); GPT2LMHeadModel"):
         dola(gpt2, prompt, max_new_tokens=3)
+
+
+@pytest.mark.parametrize("layer", ["sliding", "linear"])
+def test_models_whose_cache_cannot_be_rolled_back_are_refused_by_speculative_decoding(tiny_pair, prompt, layer):
+    """Point 20: transformers' DynamicCache.crop raises for a sliding-window layer once its window is full and for a
+    linear-attention layer: speculative decoding and prompt lookup refuse such a model up front, by name. Decoders
+    that never roll back still take it."""
+    from transformers import Lfm2Config, Lfm2ForCausalLM, MistralConfig, MistralForCausalLM
+
+    shape = {"vocab_size": VOCAB, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
+             "num_attention_heads": 2, "num_key_value_heads": 2, "max_position_embeddings": 64}
+    model, name, cache_layer = {
+        "sliding": (MistralForCausalLM(MistralConfig(**shape, sliding_window=4)).eval(), "MistralForCausalLM",
+                    "DynamicSlidingWindowLayer"),
+        "linear": (Lfm2ForCausalLM(Lfm2Config(**shape, layer_types=["conv", "full_attention"])).eval(),
+                   "Lfm2ForCausalLM", "LinearAttentionLayer"),
+    }[layer]
+    expert, _ = tiny_pair
+    message = (rf"{name} has sliding-window or linear-attention cache layers \({cache_layer}\) .* speculative "
+               r"decoding with this model's cache is not supported here; use transformers' "
+               r"model\.generate\(assistant_model=\.\.\.\)")
+    long_prompt = torch.tensor([[1, 2, 3, 4, 5, 1, 2]])  # longer than the sliding window: crop would raise
+    with pytest.raises(ValueError, match=message):
+        speculative(expert, model, long_prompt, max_new_tokens=5)
+    with pytest.raises(ValueError, match=message):
+        speculative(model, expert, long_prompt, max_new_tokens=5)
+    with pytest.raises(ValueError, match=message):
+        prompt_lookup(model, long_prompt, max_new_tokens=5)
+    assert len(naive(model, long_prompt, max_new_tokens=3).new_token_ids) == 3
 
 
 def test_pairs_with_different_vocabularies_are_refused(tiny_pair, prompt):

@@ -62,3 +62,11 @@ def test_save_writes_png_only_when_asked(tmp_path, monkeypatch):
     monkeypatch.setenv("BIG_SMALL_FIGURES", str(tmp_path / "figs"))
     plots.save(fig, "sweep")
     assert (tmp_path / "figs" / "sweep.png").stat().st_size > 1000
+
+
+def test_speedup_surface_orders_panels_by_c_and_takes_r_per_gamma():
+    fig = plots.speedup_surface([0.9, 0.1], r={1: 1.2, 2: 1.6, 4: 1.8}, points=[(0.5, 2, 0.1, "here")])
+    panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+    assert [ax.get_title().split(",")[0] for ax in panels] == ["c = 0.1", "c = 0.9"]
+    assert "1.20–1.80" in panels[0].get_title()
+    assert [t.get_text() for t in panels[0].texts] == ["here"]

@@ -7,7 +7,18 @@ import math
 import pytest
 import torch
 
-from helpers.stats import chi2_sf, exact_first_two, first_two_counts, goodness_of_fit, total_variation
+from helpers import decoding
+from helpers.decoding import naive
+from helpers.stats import (
+    chi2_sf,
+    exact_distribution,
+    exact_first_two,
+    exact_sequences,
+    first_two_counts,
+    goodness_of_fit,
+    round_error,
+    total_variation,
+)
 
 
 def test_chi2_survival_function_known_values():
@@ -51,11 +62,87 @@ def test_total_variation():
 
 
 def test_exact_first_two_is_a_distribution_and_matches_naive_sampling(tiny_pair, prompt, one_thread):
-    from helpers.decoding import naive
-
     expert, _ = tiny_pair
     exact = exact_first_two(expert, prompt, temperature=0.8)
     assert exact.sum() == pytest.approx(1.0) and exact.shape == (144,)
     counts = first_two_counts(lambda g: naive(expert, prompt, max_new_tokens=2, temperature=0.8,
                                                generator=g).new_token_ids, 12, 3000)
     assert goodness_of_fit(counts, exact).p_value > 1e-3
+
+
+def as_tensor(outcomes, vocab, length):
+    table = torch.zeros((vocab,) * length, dtype=torch.float64)
+    for y, p in outcomes.items():
+        table[y] = p
+    return table
+
+
+@pytest.mark.parametrize("warp", [{"temperature": 0.8}, {"temperature": 1.0, "top_k": 4}, {"temperature": 0}],
+                         ids=["T0.8", "T1-top_k4", "greedy"])
+def test_exact_distribution_of_naive_sampling_is_the_model_distribution(tiny_pair, prompt, one_thread, warp):
+    """The enumeration of every path through the draws of the real sampler gives exact_sequences, to float rounding."""
+    expert, _ = tiny_pair
+    runs = []
+
+    def run():
+        runs.append(1)
+        return tuple(naive(expert, prompt, max_new_tokens=2, **warp).new_token_ids)
+
+    outcomes = exact_distribution(run)
+    exact = exact_sequences(expert, prompt, 2, **warp)
+    assert len(runs) == len(outcomes) == torch.count_nonzero(exact)  # one run per path: greedy has a single one
+    assert sum(outcomes.values()) == pytest.approx(1.0, abs=1e-12)
+    assert float((as_tensor(outcomes, 12, 2) - exact).abs().max()) < 1e-6
+    assert exact_first_two(expert, prompt, **warp).tolist() == exact.flatten().tolist()
+
+
+def test_only_the_first_draws_branch(tiny_pair, prompt, one_thread):
+    """branching_draws=2: the third token's draw takes its most probable outcome, so the first two tokens of 3 come
+    out in 12 * 12 runs, not 12^3."""
+    expert, _ = tiny_pair
+    runs = []
+
+    def run():
+        runs.append(1)
+        return tuple(naive(expert, prompt, max_new_tokens=3).new_token_ids[:2])
+
+    outcomes = exact_distribution(run, branching_draws=2)
+    assert len(runs) == len(outcomes) == 144
+    assert float((as_tensor(outcomes, 12, 2) - exact_sequences(expert, prompt, 2)).abs().max()) < 1e-6
+
+
+def test_exact_distribution_puts_the_real_draws_back(tiny_pair, prompt):
+    expert, _ = tiny_pair
+    real = decoding.sample, decoding.bernoulli
+
+    def failing_run():
+        naive(expert, prompt, max_new_tokens=1)
+        raise RuntimeError("the decoder failed")
+
+    with pytest.raises(RuntimeError, match="the decoder failed"):
+        exact_distribution(failing_run)
+    assert (decoding.sample, decoding.bernoulli) == real
+
+
+def test_exact_distribution_of_acceptance_draws():
+    """bernoulli(a) branches into True (a) and False (1 - a); a certain outcome does not branch."""
+    outcomes = exact_distribution(lambda: (decoding.bernoulli(0.3), decoding.bernoulli(1.0), decoding.bernoulli(0.0)))
+    assert outcomes == {(True, True, False): pytest.approx(0.3), (False, True, False): pytest.approx(0.7)}
+
+
+def test_round_error_is_zero_for_the_model_itself_and_not_for_another(tiny_pair, prompt, one_thread):
+    """A "round" that emits one token of the expert, or two, or stops at random in between, continued by the expert,
+    is the expert; one token of the amateur is not."""
+    expert, amateur = tiny_pair
+    one = {(x,): p for x, p in enumerate(exact_sequences(expert, prompt, 1).tolist()) if p > 0}
+    two = exact_sequences(expert, prompt, 2)
+    mixed = {**{y: 0.5 * p for y, p in one.items()},
+             **{(a, b): 0.5 * float(two[a, b]) for a, b in torch.nonzero(two).tolist()}}
+    for outputs in (one, mixed, {(): 1.0}):
+        assert sum(outputs.values()) == pytest.approx(1.0)
+        assert round_error(outputs, expert, prompt, 2) < 1e-9
+    wrong = {(x,): p for x, p in enumerate(exact_sequences(amateur, prompt, 1).tolist()) if p > 0}
+    assert round_error(wrong, expert, prompt, 2) == pytest.approx(total_variation(
+        exact_sequences(amateur, prompt, 1), exact_sequences(expert, prompt, 1)))
+    with pytest.raises(ValueError, match="pass length >= γ"):
+        round_error(mixed, expert, prompt, 1)

@@ -12,10 +12,13 @@ from conftest import tiny_llama
 from helpers.timing import (
     ForwardStep,
     Summary,
+    best_gamma,
     cost_ratios,
     expected_tokens,
     interleaved,
+    load_warning,
     median,
+    paired_ratios,
     predicted_speedup,
     step_time,
     summarize,
@@ -123,3 +126,24 @@ def test_cost_ratios(one_thread):
     assert 0 < c < math.inf
     assert list(r) == [1, 4]
     assert all(0 < v < math.inf for v in r.values())
+
+
+def test_paired_ratios_compare_round_by_round():
+    times = {"slow": [2.0, 9.0, 3.0], "fast": [1.0, 3.0, 2.0]}  # round 2 was slow for both (a busy moment)
+    assert paired_ratios(times, "slow", "fast") == [1.5, 2.0, 3.0]
+
+
+def test_best_gamma_uses_each_gammas_own_verification_cost():
+    flat = {g: 1.5 for g in (1, 2, 4, 8)}
+    assert best_gamma(0.9, 0.05, flat) == 8
+    costly_long = {**flat, 8: 6.0}  # r(8) measured high: γ = 8 must lose, though r(4) is cheap
+    assert best_gamma(0.9, 0.05, costly_long) == 4
+    with pytest.raises(ValueError, match="measure r"):
+        best_gamma(0.9, 0.05, {})
+
+
+def test_load_warning_names_the_fix(monkeypatch):
+    monkeypatch.setattr("os.getloadavg", lambda: (1.7, 1.0, 0.5))
+    assert "OMP_NUM_THREADS=1" in load_warning()
+    monkeypatch.setattr("os.getloadavg", lambda: (0.1, 0.1, 0.1))
+    assert load_warning() is None
