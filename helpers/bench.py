@@ -47,6 +47,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 from transformers.utils import logging as hf_logging
 
+from helpers.compare import median_interval
 from helpers.data import ARTICLE_PROMPTS, grounded_tasks, read_prompts
 from helpers.decoding import Generation, naive, prompt_lookup, speculative
 from helpers.models import Pair, load_pair, self_draft
@@ -177,14 +178,15 @@ def _hf_kwargs(model: PreTrainedModel, n: int, temperature: float) -> dict:
 
 
 def _pooled_stats(generations: Sequence[Generation]) -> dict[str, float]:
-    """α (mean β over every judged draft position), acceptance rate and tokens per expert call, pooled."""
+    """α (mean β over every judged draft position), the share of drafted tokens kept (accepted / drafted: lower
+    than α, as the rest of a draft after a rejection is never judged) and tokens per expert call, pooled."""
     betas = [b for g in generations for b in g.stats.betas]
     proposed = sum(g.stats.proposed for g in generations)
     calls = sum(g.stats.expert_calls for g in generations)
     return {
         "alpha": sum(betas) / len(betas) if betas else math.nan,
         "n_positions": len(betas),
-        "acceptance_rate": sum(g.stats.accepted for g in generations) / proposed if proposed else math.nan,
+        "share_kept": sum(g.stats.accepted for g in generations) / proposed if proposed else math.nan,
         "tokens_per_expert_call": sum(len(g.new_token_ids) for g in generations) / calls if calls else math.nan,
     }
 
@@ -306,7 +308,7 @@ def run_benchmark(pair: Pair, prompts: Sequence[Prompt], gammas: Sequence[int], 
     self_drafter = self_draft(pair.expert) if "self_draft" in methods else None
     compare_spec = {"speculative", "hf_assisted"} <= set(methods)
     per_token: dict[str, list[float]] = {name: [] for name in names}
-    speedups: dict[str, list[float]] = {name: [] for name in names}
+    speedups: dict[str, list[list[float]]] = {name: [] for name in names}  # per prompt: one ratio per round
     same_text: dict[str, list[bool]] = {name: [] for name in names}
     lengths: dict[str, set[int]] = {name: set() for name in names}
     drafted: dict[str, list[Generation]] = {name: [] for name, method, _ in configs if method in OURS_DRAFTING}
@@ -327,12 +329,14 @@ def run_benchmark(pair: Pair, prompts: Sequence[Prompt], gammas: Sequence[int], 
             outputs: dict[str, list] = {name: [] for name in names}
             fns = _runners(pair, input_ids, configs, n, temperature, seed, outputs, self_drafter)
             times = interleaved(fns, repeats, warmup=0, on_run=lambda _name: bar.update())
+            for name in names:
+                speedups[name].append([])
             for round_ in range(repeats):
                 reference = _tokens(outputs["naive"][round_])
                 for name in names:
                     tokens = _tokens(outputs[name][round_])
                     per_token[name].append(times[name][round_] / n)
-                    speedups[name].append(times["naive"][round_] / times[name][round_])
+                    speedups[name][-1].append(times["naive"][round_] / times[name][round_])
                     same_text[name].append(tokens == reference)
                     lengths[name].add(len(tokens))
                 if "hf_greedy" in times:
@@ -361,7 +365,8 @@ def run_benchmark(pair: Pair, prompts: Sequence[Prompt], gammas: Sequence[int], 
                      "per_token_s": asdict(summarize(per_token[name])),
                      "new_tokens": sorted(lengths[name]),
                      "same_text_as_naive": sum(same_text[name]) / len(same_text[name]),
-                     "speedup_vs_naive": median(speedups[name])}
+                     "speedup_vs_naive": median([x for per_prompt in speedups[name] for x in per_prompt]),
+                     "speedup_interval": (median_interval(speedups[name]) if len(speedups[name]) > 1 else None)}
         if method in OURS_DRAFTING:
             row.update(_pooled_stats(drafted[name]))
         if method == "speculative":
@@ -412,18 +417,24 @@ def _fmt(value: float | None, spec: str = ".2f") -> str:
     return "–" if value is None or (isinstance(value, float) and not math.isfinite(value)) else format(value, spec)
 
 
+def _interval(row: dict) -> str:
+    interval = row.get("speedup_interval")
+    return f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else ""
+
+
 def markdown_table(result: dict) -> str:
     """The result as a Markdown table plus a few lines with c, r, α at T=1 and the ours/HF ratios."""
-    lines = ["| configuration | γ | ms/token median | min–max | speedup vs naive | predicted | α | "
-             "tokens/expert call | same text |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| configuration | γ | ms/token median | min–max | speedup vs naive [95 % CI] | explained | α | "
+             "drafts kept | tokens/expert call | same text |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in result["configurations"]:
         t = row["per_token_s"]
         lines.append(
             f"| {row['label']} | {row['gamma'] or ''} | {t['median'] * 1e3:.1f} | "
-            f"{t['min'] * 1e3:.1f}–{t['max'] * 1e3:.1f} | {_fmt(row['speedup_vs_naive'])}× | "
+            f"{t['min'] * 1e3:.1f}–{t['max'] * 1e3:.1f} | {_fmt(row['speedup_vs_naive'])}×{_interval(row)} | "
             f"{_fmt(row.get('predicted_speedup'))}{'×' if 'predicted_speedup' in row else ''} | "
-            f"{_fmt(row.get('alpha'))} | {_fmt(row.get('tokens_per_expert_call'))} | "
+            f"{_fmt(row.get('alpha'))} | {_fmt(row.get('share_kept', row.get('acceptance_rate')))} | "
+            f"{_fmt(row.get('tokens_per_expert_call'))} | "
             f"{row['same_text_as_naive']:.0%} |")
     cost, settings, ratios = result["cost"], result["settings"], result["ratios"]
     r = ", ".join(f"r({g})={_fmt(v)}" for g, v in cost["r"].items())
@@ -433,7 +444,8 @@ def markdown_table(result: dict) -> str:
     lines += [
         "",
         f"- cost ratios of the pair's amateur ({settings['amateur']}): c={_fmt(cost['c'], '.3f')}, {r}; "
-        f"predicted = E[tokens]/(γ·c + r) with α = {result['alpha_source']}",
+        f"explained = E[tokens]/(γ·c + r(γ)) with α = {result['alpha_source']} (the same run's α: an "
+        "explanation of the measurement, not a prediction from held-out data)",
         f"- α of the pair's amateur at temperature 1 (one sampled speculative run per prompt, γ={t1['gamma']}): "
         f"{_fmt(t1['alpha'], '.3f')}",
         f"- time ours/HF: naive/greedy {_fmt(ratios['ours_naive_over_hf_greedy'])}; "
@@ -479,6 +491,9 @@ def _methods(text: str) -> list[str]:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m helpers.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--pair", default="pocket", help="model pair for helpers.models.load_pair (default pocket)")
+    parser.add_argument("--amateur", default=None,
+                        help="replace the pair's amateur (load_pair's amateur=...): distilled, early-exit, "
+                             "early-exit-K, self-fp16, self-bf16, a hub id or a folder")
     parser.add_argument("--gammas", type=_gammas, default=None,
                         help=f"draft lengths, comma list (default {DEFAULTS['gammas']}; --quick: {QUICK['gammas']})")
     parser.add_argument("--methods", type=_methods, default=None,
@@ -522,7 +537,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     """Parse the options, load the pair, run the benchmark, write the JSON and print the table."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    pair = load_pair(args.pair)
+    pair = load_pair(args.pair, amateur=args.amateur)
     if args.grounded:
         prompts: list[Prompt] = [pair.encode_chat(task) for task in list(grounded_tasks().values())[:args.n_prompts]]
     else:

@@ -51,7 +51,7 @@ def read_prompts(path: Path | str, limit: int | None = None) -> list[str]:
 
 
 def result_path(name: Path | str) -> Path:
-    """A committed result by file name (``"bench-pocket.json"`` is ``data/results/bench-pocket.json``).
+    """A committed result by file name (``"bench-pocket-xeon.json"`` is ``data/results/bench-pocket-xeon.json``).
 
     An absolute path is taken as it is, so a notebook parameter can point at a result you produced yourself.
     """

@@ -47,8 +47,10 @@ class Stats:
     """β = Σ_x min(p(x), q(x)) = 1 - TV(p, q) at every draft position on the accepted path."""
 
     @property
-    def acceptance_rate(self) -> float:
-        """Accepted draft tokens / proposed draft tokens (NaN when nothing was proposed)."""
+    def share_kept(self) -> float:
+        """Accepted draft tokens / proposed draft tokens (NaN when nothing was proposed): the share of drafted tokens
+        kept, lower than the acceptance rate α (:attr:`mean_beta`), because the rest of a draft after a rejection
+        is never judged (notebook 03, "How many tokens per expert call?")."""
         return self.accepted / self.proposed if self.proposed else math.nan
 
     @property

@@ -189,21 +189,40 @@ def speculative_stepper(tokenizer, iterations: Sequence[SpecIteration], *, inter
     return widgets.VBox([button, out])
 
 
-def quality_bars(table: dict[str, dict[str, tuple[float, float]]], metrics: Sequence[str], *,
+def quality_bars(table: dict[str, dict[str, tuple[float, float, float]]], metrics: Sequence[str], *,
                  title: str = "") -> Figure:
-    """Notebook 04: mean ± std of a few metrics per method, one panel per metric."""
+    """Notebook 04: each method's mean of a few metrics with its 95 % bootstrap interval (``(mean, low, high)``,
+    :func:`helpers.compare.mean_interval`), one panel per metric."""
     fig, axes = plt.subplots(1, len(metrics), figsize=(3.3 * len(metrics), 3.4), squeeze=False)
     methods = list(table)
     for ax, metric in zip(axes[0], metrics, strict=True):
         means = [table[m][metric][0] for m in methods]
-        stds = [table[m][metric][1] for m in methods]
-        ax.bar(range(len(methods)), means, yerr=stds, capsize=3,
+        below = [table[m][metric][0] - table[m][metric][1] for m in methods]
+        above = [table[m][metric][2] - table[m][metric][0] for m in methods]
+        ax.bar(range(len(methods)), means, yerr=[below, above], capsize=3,
                color=[COLORS["amateur"] if m.startswith("contrastive") else COLORS["expert"] for m in methods])
         ax.set_xticks(range(len(methods)), methods, rotation=35, ha="right", fontsize=8)
         ax.set_title(metric, fontsize=10)
         if metric == "perplexity":
             ax.set_yscale("log")
     fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def forward_cost(costs: dict[int, float], *, title: str = "") -> Figure:
+    """Notebook 04: the cost of one forward pass over n tokens in 1-token steps, against the two idealisations
+    (free: 1, as on a large accelerator; proportional: n, as if each token were a separate step)."""
+    ns = sorted(costs)
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    ax.plot(ns, [costs[n] for n in ns], "o-", color=COLORS["expert"], label="measured")
+    ax.plot(ns, [1.0] * len(ns), "--", color="grey", label="free (r = 1)")
+    ax.plot(ns, ns, ":", color=COLORS["rejected"], label="n separate steps")
+    ax.set_ylim(0, max(4.0, 1.3 * max(costs.values())))
+    ax.set_xlabel("tokens in one forward pass (a verification pass: γ + 1)")
+    ax.set_ylabel("cost in 1-token steps")
+    ax.legend()
+    ax.set_title(title)
     fig.tight_layout()
     return fig
 

@@ -3,9 +3,9 @@
 * :func:`interleaved` -- time several functions round-robin, so that slow drifts of the machine (turbo clocks,
   another process) hit every method alike; :func:`paired_ratios` compares two of them round by round, and
   :func:`load_warning` says when the machine is too busy to time anything.
-* :func:`step_time` / :func:`cost_ratios` -- the cost of one KV-cached forward pass, and the two ratios that
-  predict speculative decoding's speed on a CPU: c = draft step / expert step and r(γ) = expert forward over
-  γ+1 tokens / expert step.
+* :func:`step_time` / :func:`cost_ratios` / :func:`forward_costs` -- the cost of one KV-cached forward pass, and
+  the two ratios that predict speculative decoding's speed on a CPU: c = draft step / expert step and r(γ) =
+  expert forward over γ+1 tokens / expert step.
 * :func:`expected_tokens` / :func:`predicted_speedup` / :func:`best_gamma` -- Leviathan et al. 2023, Eq. 1 and
   Thm 3.8, with the verification cost r(γ) instead of the paper's "verifying is free" (r = 1).
 """
@@ -18,6 +18,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
@@ -77,22 +78,43 @@ def paired_ratios(times: dict[str, list[float]], slow: str, fast: str) -> list[f
     return sorted(s / f for s, f in zip(times[slow], times[fast], strict=True))
 
 
-def load_warning(threshold: float = 0.8) -> str | None:
-    """A warning when other processes keep the CPU busy (1-minute load average ≥ ``threshold``), else None.
+def _cpu_seconds() -> tuple[float, float] | None:
+    """(busy, total) CPU seconds of the whole machine since boot, from /proc/stat (Linux); None elsewhere."""
+    try:
+        fields = [float(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+    return (sum(fields) - idle) / ticks, sum(fields) / ticks
+
+
+def others_busy_cores(window: float = 0.5) -> float | None:
+    """How many cores other processes keep busy, measured over ``window`` seconds while this process sleeps
+    (Linux; None elsewhere). A load average would also count this process's own recent work."""
+    before, own_before = _cpu_seconds(), time.process_time()
+    if before is None:
+        return None
+    time.sleep(window)
+    after, own_after = _cpu_seconds(), time.process_time()
+    if after is None:
+        return None
+    return max(0.0, (after[0] - before[0]) - (own_after - own_before)) / window
+
+
+def load_warning(threshold: float = 0.5, window: float = 0.5) -> str | None:
+    """A warning when other processes keep at least ``threshold`` of a core busy, else None.
 
     PyTorch runs one OpenMP thread per core; when another process occupies a core, those threads wait for each
     other and a decoding step can become many times slower (README, "Troubleshooting"). Call it before the
-    measurement starts, so that its own load is not counted.
+    measurement starts.
     """
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
+    busy = others_busy_cores(window)
+    if busy is None or busy < threshold:
         return None
-    if load < threshold:
-        return None
-    return (f"the machine is busy (1-minute load average {load:.1f} on {os.cpu_count()} cores, before this "
-            f"measurement started): timings will be slow and noisy. Close other programs, or run with "
-            f"OMP_NUM_THREADS=1 to keep PyTorch's threads from waiting on each other.")
+    return (f"the machine is busy: other processes kept {busy:.1f} of {os.cpu_count()} cores busy just before this "
+            f"measurement; timings will be slow and noisy. Close other programs, or run with OMP_NUM_THREADS=1 to "
+            f"keep PyTorch's threads from waiting on each other.")
 
 
 # ------------------------------------------------------------------------------------- forward costs
@@ -127,6 +149,11 @@ def step_time(model: PreTrainedModel, input_ids: torch.Tensor, n_tokens: int, re
     return median(interleaved({"step": ForwardStep(model, input_ids, n_tokens)}, repeats)["step"])
 
 
+def _median_ratios(times: dict[str, list[float]], baseline: str) -> dict[str, float]:
+    """Each timed name's median per-round ratio to ``baseline`` (ratios within a round share the machine state)."""
+    return {name: median([t / b for t, b in zip(ts, times[baseline], strict=True)]) for name, ts in times.items()}
+
+
 def cost_ratios(expert: PreTrainedModel, amateur: PreTrainedModel, input_ids: torch.Tensor,
                 gammas: Sequence[int], repeats: int) -> tuple[float, dict[int, float]]:
     """``(c, {γ: r})``: c = amateur 1-token step / expert 1-token step, r(γ) = expert forward over γ+1 tokens /
@@ -135,13 +162,24 @@ def cost_ratios(expert: PreTrainedModel, amateur: PreTrainedModel, input_ids: to
                                               "amateur": ForwardStep(amateur, input_ids, 1)}
     for gamma in gammas:
         steps[f"verify{gamma}"] = ForwardStep(expert, input_ids, gamma + 1)
-    times = interleaved(steps, repeats)
-    expert_times = times["expert"]
+    ratios = _median_ratios(interleaved(steps, repeats), "expert")
+    return ratios["amateur"], {gamma: ratios[f"verify{gamma}"] for gamma in gammas}
 
-    def ratio(name: str) -> float:
-        return median([t / e for t, e in zip(times[name], expert_times, strict=True)])
 
-    return ratio("amateur"), {gamma: ratio(f"verify{gamma}") for gamma in gammas}
+def forward_costs(model: PreTrainedModel, input_ids: torch.Tensor, token_counts: Sequence[int],
+                  repeats: int) -> dict[int, float]:
+    """Notebook 04: {n: time of one KV-cached forward pass over n new tokens / time of a 1-token step}.
+
+    A verification pass of speculative decoding with draft length γ is the case n = γ + 1, so r(γ) = cost[γ + 1].
+    On an accelerator the cost stays near 1 for small n (the pass is memory-bound: reading the weights dominates);
+    on a CPU it can jump as soon as n > 1, where matrix-vector kernels give way to matrix-matrix ones.
+    """
+    if not token_counts or any(n < 1 for n in token_counts):
+        raise ValueError(f"token_counts must be >= 1, got {list(token_counts)!r}")
+    steps: dict[str, Callable[[], object]] = {"step": ForwardStep(model, input_ids, 1)}
+    steps.update({f"n{n}": ForwardStep(model, input_ids, n) for n in token_counts if n != 1})
+    ratios = _median_ratios(interleaved(steps, repeats), "step")
+    return {n: 1.0 if n == 1 else ratios[f"n{n}"] for n in token_counts}
 
 
 # ---------------------------------------------------------------------------------------- predictions

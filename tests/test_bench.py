@@ -90,7 +90,7 @@ def test_speculative_statistics(result):
         row = rows(result)[f"speculative_g{gamma}"]
         assert row["gamma"] == gamma
         assert 0 <= row["alpha"] <= 1
-        assert 0 <= row["acceptance_rate"] <= row["alpha"]  # accepted/proposed <= accepted/judged
+        assert 0 <= row["share_kept"] <= row["alpha"]  # accepted/proposed <= accepted/judged
         assert 1 <= row["tokens_per_expert_call"] <= gamma + 1
         assert 1 <= row["expected_tokens_per_call"] <= gamma + 1
         assert 0 < row["predicted_speedup"] < math.inf and 0 < row["predicted_speedup_t1"] < math.inf
@@ -116,7 +116,9 @@ def test_sampling_also_produces_n_tokens(pair):
 
 
 def test_a_busy_machine_is_warned_about(pair, monkeypatch):
-    monkeypatch.setattr("os.getloadavg", lambda: (1.9, 1.5, 1.0))
+    import helpers.timing
+
+    monkeypatch.setattr(helpers.timing, "others_busy_cores", lambda window: 1.5)
     with pytest.warns(RuntimeWarning, match="machine is busy"):
         run_benchmark(pair, PROMPTS[:1], [1], repeats=1, max_new_tokens=2, temperature=0.0, progress=False,
                       methods=["naive"])
@@ -156,7 +158,7 @@ def test_new_methods_report_the_same_greedy_text_and_their_statistics(new_method
         if row["method"] == "naive":
             continue
         assert row["label"] == bench.LABELS[row["method"]]
-        assert 0 <= row["alpha"] <= 1 and 0 <= row["acceptance_rate"] <= 1
+        assert 0 <= row["alpha"] <= 1 and 0 <= row["share_kept"] <= 1
         assert 1 <= row["tokens_per_expert_call"] <= row["gamma"] + 1
         assert "predicted_speedup" not in row  # c and r are measured for the amateur only
     self_draft = rows(new_methods)["self_draft_g3"]
@@ -223,9 +225,12 @@ def test_main_writes_json_and_prints_a_table(pair, tmp_path, monkeypatch, capsys
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("ab\n\ncd e\nfgh\n")
     out = tmp_path / "sub" / "bench.json"
-    monkeypatch.setattr(bench, "load_pair", lambda name: pair)
-    argv = ["--quick", "--prompts", str(prompts), "--out", str(out), "--max-new-tokens", "5", "--no-progress"]
+    asked = []
+    monkeypatch.setattr(bench, "load_pair", lambda name, amateur=None: asked.append((name, amateur)) or pair)
+    argv = ["--quick", "--prompts", str(prompts), "--out", str(out), "--max-new-tokens", "5", "--no-progress",
+            "--amateur", "early-exit"]
     bench.main(argv)
+    assert asked == [("pocket", "early-exit")]  # the recorded command can choose the amateur
     data = json.loads(out.read_text())  # strict JSON: NaN would have been written as null
     assert data["command"].startswith("python -m helpers.bench --quick")
     assert data["settings"]["prompts"] == ["ab", "cd e"]  # --quick: the first 2 prompts
@@ -255,7 +260,7 @@ def test_grounded_tasks_are_encoded_as_chat_turns(pair, tmp_path, monkeypatch):
         encoded.append(text)
         return pair.encode(text)
 
-    monkeypatch.setattr(bench, "load_pair", lambda name: pair)
+    monkeypatch.setattr(bench, "load_pair", lambda name, amateur=None: pair)
     monkeypatch.setattr(bench, "grounded_tasks", lambda: {"copy": "ab ab ab", "edit": "cd cd", "quote": "efg"})
     monkeypatch.setattr(pair, "encode_chat", encode_chat)
     out = tmp_path / "bench.json"

@@ -33,8 +33,8 @@ def test_grounded_tasks_contain_the_passage():
 
 def test_results_are_found_by_name_wherever_the_process_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # as in Colab: the working directory is not the repository
-    assert data.result_path("bench-pocket.json") == data.RESULTS / "bench-pocket.json"
-    assert "command" in data.read_json("bench-pocket.json")
+    assert data.result_path("bench-pocket-xeon.json") == data.RESULTS / "bench-pocket-xeon.json"
+    assert "command" in data.read_json("bench-pocket-xeon.json")
     own = tmp_path / "mine.json"
     own.write_text('{"command": "mine"}')
     assert data.read_json(own) == {"command": "mine"}
@@ -42,6 +42,6 @@ def test_results_are_found_by_name_wherever_the_process_runs(tmp_path, monkeypat
 
 def test_results_refuse_relative_paths_and_name_what_exists():
     with pytest.raises(ValueError, match="absolute path"):
-        data.result_path("../data/results/bench-pocket.json")
+        data.result_path("../data/results/bench-pocket-xeon.json")
     with pytest.raises(FileNotFoundError, match=r"bench-pocket\.json"):
         data.result_path("no-such-result.json")

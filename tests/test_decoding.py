@@ -223,7 +223,7 @@ def test_greedy_speculative_equals_greedy_expert(tiny_pair, prompt, gamma):
 def test_greedy_speculative_with_itself_as_draft_accepts_everything(tiny_pair, prompt):
     expert, _ = tiny_pair
     result = speculative(expert, expert, prompt, max_new_tokens=20, gamma=4, temperature=0)
-    assert result.stats.acceptance_rate == 1.0
+    assert result.stats.share_kept == 1.0
     assert result.stats.mean_beta == pytest.approx(1.0)
     assert result.stats.expert_calls == 4  # 5 tokens per call: 4 drafts + the bonus token
 
@@ -510,7 +510,7 @@ def test_speculative_stats_add_up(tiny_pair, prompt):
     assert stats.expert_calls == len(stats.accepted_per_iteration) == len(result.trace)
     assert stats.accepted_per_iteration == [it.n_accepted for it in result.trace]
     assert stats.proposed == sum(len(it.draft) for it in result.trace)
-    assert 0 < stats.acceptance_rate < 1 and 0 < stats.mean_beta < 1
+    assert 0 < stats.share_kept < 1 and 0 < stats.mean_beta < 1
     emitted = [t for it in result.trace for t in [*it.draft[:it.n_accepted], it.last_token]]
     assert emitted == result.new_token_ids
     for it in result.trace:

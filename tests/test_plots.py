@@ -43,9 +43,10 @@ def test_describe_iteration_names_what_happened(tiny_text_pair, prompt):
 
 
 def test_quality_and_speed_pictures():
-    table = {"greedy": {"diversity": (0.5, 0.1), "perplexity": (3.0, 1.0)},
-             "contrastive α=0.1": {"diversity": (0.9, 0.05), "perplexity": (8.0, 2.0)}}
+    table = {"greedy": {"diversity": (0.5, 0.4, 0.6), "perplexity": (3.0, 2.5, 3.8)},
+             "contrastive α=0.1": {"diversity": (0.9, 0.85, 1.0), "perplexity": (8.0, 6.0, 9.0)}}
     assert isinstance(plots.quality_bars(table, ["diversity", "perplexity"]), Figure)
+    assert isinstance(plots.forward_cost({1: 1.0, 2: 1.9, 4: 2.0}), Figure)
     result = {"configurations": [
         {"name": "naive", "method": "naive", "gamma": None, "per_token_s": {"median": 0.05}},
         {"name": "naive_nocache", "method": "naive", "gamma": None, "per_token_s": {"median": 0.1}},

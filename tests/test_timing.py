@@ -4,6 +4,7 @@ No assertion depends on how fast the machine is."""
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -15,9 +16,11 @@ from helpers.timing import (
     best_gamma,
     cost_ratios,
     expected_tokens,
+    forward_costs,
     interleaved,
     load_warning,
     median,
+    others_busy_cores,
     paired_ratios,
     predicted_speedup,
     step_time,
@@ -143,7 +146,22 @@ def test_best_gamma_uses_each_gammas_own_verification_cost():
 
 
 def test_load_warning_names_the_fix(monkeypatch):
-    monkeypatch.setattr("os.getloadavg", lambda: (1.7, 1.0, 0.5))
+    import helpers.timing
+
+    monkeypatch.setattr(helpers.timing, "others_busy_cores", lambda window: 1.2)
     assert "OMP_NUM_THREADS=1" in load_warning()
-    monkeypatch.setattr("os.getloadavg", lambda: (0.1, 0.1, 0.1))
+    monkeypatch.setattr(helpers.timing, "others_busy_cores", lambda window: 0.1)
     assert load_warning() is None
+
+
+def test_others_busy_cores_does_not_count_this_process():
+    busy = others_busy_cores(0.2)
+    assert busy is None or 0 <= busy <= (os.cpu_count() or 1) + 0.5
+
+
+def test_forward_costs_are_relative_to_one_step(one_thread):
+    model = tiny_llama(0)
+    costs = forward_costs(model, torch.tensor([[1, 2, 3]]), [1, 2, 8], repeats=2)
+    assert list(costs) == [1, 2, 8] and costs[1] == 1.0 and all(v > 0 for v in costs.values())
+    with pytest.raises(ValueError, match=">= 1"):
+        forward_costs(model, torch.tensor([[1, 2, 3]]), [0], repeats=1)

@@ -1,0 +1,118 @@
+"""Is method A really better than method B? Paired bootstrap intervals over prompts (notebooks 04, 05, 06).
+
+The committed quality runs (``helpers.quality``) score every continuation; a claim such as "contrastive decoding is
+more diverse than greedy" is a claim about the *difference* of two methods on the same prompts. Prompts differ
+far more from each other than methods do, so the comparison pairs the two methods prompt by prompt and resamples
+prompts (Efron & Tibshirani 1993, the percentile bootstrap): the 95 % interval of the mean difference. A claim of
+order is made only when that interval excludes zero.
+
+Lexical metrics grow or shrink with the length of a text (entropy grows; diversity falls as more n-grams can
+repeat), and a method that ends its turn early writes shorter texts. ``fixed_length=True`` therefore cuts both
+methods' continuations of a prompt to the same number of words before scoring them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from helpers.metrics import text_metrics
+
+MIN_WORDS = 4
+"""Prompts whose shorter continuation has fewer words are left out of a fixed-length comparison (4-grams)."""
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean with its 95 % percentile-bootstrap interval, over ``n`` prompts."""
+
+    mean: float
+    low: float
+    high: float
+    n: int
+
+    @property
+    def excludes_zero(self) -> bool:
+        return self.low > 0 or self.high < 0
+
+    def __str__(self) -> str:
+        return f"{self.mean:+.3f} [{self.low:+.3f}, {self.high:+.3f}]"
+
+
+def _bootstrap(values: np.ndarray, n_boot: int, seed: int) -> Interval:
+    if len(values) < 2:
+        raise ValueError(f"need at least 2 prompts to bootstrap, got {len(values)}")
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, len(values), size=(n_boot, len(values)))].mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return Interval(float(values.mean()), float(low), float(high), len(values))
+
+
+def _texts(rows: Sequence[dict], method: str) -> dict[str, list[dict]]:
+    by_prompt: dict[str, list[dict]] = {}
+    for row in rows:
+        if row["method"] == method:
+            by_prompt.setdefault(row["prompt"], []).append(row)
+    if not by_prompt:
+        raise ValueError(f"no rows for method {method!r}; methods: {sorted({r['method'] for r in rows})}")
+    return by_prompt
+
+
+def _score(row: dict, metric: str, words: int | None) -> float:
+    if words is None:
+        return float(row[metric])
+    if metric == "perplexity":
+        raise ValueError("perplexity cannot be recomputed from text: compare it with fixed_length=False")
+    return float(text_metrics(" ".join(row["text"].split()[:words]))[metric])
+
+
+def per_prompt(rows: Sequence[dict], method: str, metric: str) -> dict[str, float]:
+    """The metric of ``method`` on each prompt, averaged over its samples there."""
+    return {prompt: float(np.mean([_score(r, metric, None) for r in rs]))
+            for prompt, rs in _texts(rows, method).items()}
+
+
+def mean_interval(rows: Sequence[dict], method: str, metric: str, *, n_boot: int = 10_000,
+                  seed: int = 0) -> Interval:
+    """The method's mean metric over prompts, with its 95 % bootstrap interval (for error bars that, unlike
+    mean ± std, stay inside the metric's range)."""
+    return _bootstrap(np.array(list(per_prompt(rows, method, metric).values())), n_boot, seed)
+
+
+def paired_difference(rows: Sequence[dict], a: str, b: str, metric: str, *, fixed_length: bool = False,
+                      n_boot: int = 10_000, seed: int = 0) -> Interval:
+    """Mean over prompts of metric(a) − metric(b), each averaged over its samples, with its 95 % paired bootstrap
+    interval. ``fixed_length``: score both methods' continuations of a prompt cut to the same number of words (the
+    shortest of them); prompts with fewer than :data:`MIN_WORDS` words in it are left out."""
+    texts_a, texts_b = _texts(rows, a), _texts(rows, b)
+    shared = [p for p in texts_a if p in texts_b]
+    diffs = []
+    for prompt in shared:
+        words = None
+        if fixed_length:
+            words = min(len(r["text"].split()) for r in texts_a[prompt] + texts_b[prompt])
+            if words < MIN_WORDS:
+                continue
+        diffs.append(np.mean([_score(r, metric, words) for r in texts_a[prompt]])
+                     - np.mean([_score(r, metric, words) for r in texts_b[prompt]]))
+    return _bootstrap(np.array(diffs), n_boot, seed)
+
+
+def ends_early(rows: Sequence[dict], method: str, max_new_tokens: int) -> int:
+    """How many of the method's continuations stopped before ``max_new_tokens`` (at the end-of-turn token)."""
+    return sum(1 for rs in _texts(rows, method).values() for r in rs if r["n_tokens"] < max_new_tokens)
+
+
+def median_interval(groups: Sequence[Sequence[float]], *, n_boot: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """95 % percentile-bootstrap interval of the median of all values, resampling whole groups (``helpers.bench``:
+    one group of per-round speedups per prompt, since rounds of one prompt are not independent of each other)."""
+    if len(groups) < 2 or not all(groups):
+        raise ValueError(f"need at least 2 non-empty groups to bootstrap, got {[len(g) for g in groups]}")
+    rng = np.random.default_rng(seed)
+    arrays = [np.asarray(g, dtype=float) for g in groups]
+    medians = [float(np.median(np.concatenate([arrays[i] for i in rng.integers(0, len(arrays), len(arrays))])))
+               for _ in range(n_boot)]
+    low, high = np.percentile(medians, [2.5, 97.5])
+    return float(low), float(high)

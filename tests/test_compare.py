@@ -1,0 +1,64 @@
+"""helpers.compare: paired bootstrap intervals of method differences over prompts."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers.compare import ends_early, mean_interval, median_interval, paired_difference, per_prompt
+from helpers.metrics import diversity
+
+
+def row(prompt, method, text, n_tokens=8, **metrics):
+    return {"prompt": prompt, "method": method, "text": text, "n_tokens": n_tokens, **metrics}
+
+
+LOOP = "a b a b a b a b"
+FRESH = "one two three four five six seven eight"
+
+
+def test_a_real_difference_excludes_zero_and_noise_does_not():
+    rows = [row(f"p{i}", "loops", LOOP, diversity=0.1 + 0.01 * i) for i in range(20)]
+    rows += [row(f"p{i}", "fresh", FRESH, diversity=0.9 + 0.01 * (i % 3)) for i in range(20)]
+    diff = paired_difference(rows, "fresh", "loops", "diversity")
+    assert diff.excludes_zero and diff.low > 0.5 and diff.n == 20
+    noisy = [row(f"p{i}", m, FRESH, diversity=0.5 + (0.1 if (i + (m == "b")) % 2 else -0.1))
+             for i in range(20) for m in ("a", "b")]
+    assert not paired_difference(noisy, "a", "b", "diversity").excludes_zero
+
+
+def test_samples_are_averaged_per_prompt_before_pairing():
+    rows = [row("p", "s", FRESH, diversity=0.2), row("p", "s", FRESH, diversity=0.4)]
+    assert per_prompt(rows, "s", "diversity") == {"p": pytest.approx(0.3)}
+
+
+def test_fixed_length_cuts_both_texts_to_the_shorter():
+    long_loop = " ".join([LOOP] * 3)  # 24 words, repeats a lot
+    rows = [row(p, "early", "a b c d", n_tokens=4) for p in ("p1", "p2")]
+    rows += [row(p, "long", long_loop, n_tokens=32) for p in ("p1", "p2")]
+    fixed = paired_difference(rows, "early", "long", "diversity", fixed_length=True)
+    assert fixed.mean == pytest.approx(diversity("a b c d") - diversity("a b a b"))  # 4 words each
+    assert ends_early(rows, "early", 32) == 2 and ends_early(rows, "long", 32) == 0
+
+
+def test_bad_requests_say_what_to_do():
+    rows = [row("p1", "a", FRESH, perplexity=3.0), row("p2", "a", FRESH, perplexity=4.0)]
+    with pytest.raises(ValueError, match="methods: \\['a'\\]"):
+        paired_difference(rows, "a", "b", "perplexity")
+    with pytest.raises(ValueError, match="fixed_length=False"):
+        paired_difference([*rows, row("p1", "b", FRESH), row("p2", "b", FRESH)], "a", "b", "perplexity",
+                          fixed_length=True)
+    with pytest.raises(ValueError, match="at least 2 prompts"):
+        mean_interval(rows[:1], "a", "perplexity")
+    interval = mean_interval(rows, "a", "perplexity")
+    assert 3.0 <= interval.low <= interval.mean == 3.5 <= interval.high <= 4.0
+
+
+def test_median_interval_resamples_whole_prompts():
+    tight = [[1.5, 1.5, 1.6], [1.4, 1.5, 1.5], [1.6, 1.5, 1.5]]
+    low, high = median_interval(tight, n_boot=2000)
+    assert 1.4 <= low <= 1.5 <= high <= 1.6
+    wide = [[0.5, 0.5], [2.0, 2.0], [1.0, 1.0]]
+    low, high = median_interval(wide, n_boot=2000)
+    assert low <= 0.5 + 1e-9 and high >= 2.0 - 1e-9
+    with pytest.raises(ValueError, match="at least 2"):
+        median_interval([[1.0]])
