@@ -141,6 +141,60 @@ def sweep(xs: Sequence[float], panels: dict[str, Sequence[float]], *, xlabel: st
     return fig
 
 
+def kv_cache_states(gamma: int = 4, accepted: int = 1, prompt_len: int = 3) -> Figure:
+    """Notebook 03: what each KV cache holds after one speculative round, (left) when draft ``accepted + 1`` is
+    rejected and (right) when all γ drafts are accepted, as :class:`helpers.decoding.CachedModel` does it.
+
+    The amateur fed x_1..x_{γ-1} while drafting (x_γ was sampled, never fed); the expert fed x_1..x_γ in its one
+    verification pass. A rejection crops both caches back to the accepted prefix; the expert's own token (resampled
+    or bonus) is in neither cache yet, and after a full acceptance the amateur also lacks x_γ: it catches up by
+    feeding two tokens before its next draft.
+    """
+    if not 0 <= accepted < gamma:
+        raise ValueError(f"accepted must be in 0..gamma-1 (a rejected draft needs one to reject), got {accepted}")
+    styles = {"cached": ("#9ecae1", None), "kept": (COLORS["accepted"], None), "cropped": ("white", "//"),
+              "next": ("white", None), "never": (COLORS["unused"], None)}
+    labels = [f"p{i + 1}" for i in range(prompt_len)] + [f"x{i + 1}" for i in range(gamma)]
+
+    def row(kind: str, scenario: str) -> list[str]:
+        fed = gamma if kind == "expert" else gamma - 1  # drafts whose keys and values were computed
+        keep = accepted if scenario == "rejected" else gamma
+        states = ["cached"] * prompt_len
+        for i in range(1, gamma + 1):
+            if i <= min(keep, fed):
+                states.append("kept")
+            elif i <= fed:
+                states.append("cropped")
+            else:  # x_γ of the amateur: sampled, never fed; discarded after a rejection, fed after acceptance
+                states.append("next" if scenario == "accepted" else "never")
+        return [*states, "next"]
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 2.8), sharey=True)
+    for ax, scenario in zip(axes, ("rejected", "accepted"), strict=True):
+        last = "r" if scenario == "rejected" else "b"
+        for y, kind in enumerate(("expert", "amateur")):
+            for x, (state, label) in enumerate(zip(row(kind, scenario), [*labels, last], strict=True)):
+                face, hatch = styles[state]
+                ax.add_patch(plt.Rectangle((x, 1 - y), 0.9, 0.8, facecolor=face, hatch=hatch, linewidth=1.2,
+                                           edgecolor="black", linestyle="--" if state == "next" else "-"))
+                ax.text(x + 0.45, 1.4 - y, label, ha="center", va="center", fontsize=9)
+        ax.set_xlim(-0.2, len(labels) + 1.1)
+        ax.set_ylim(-0.2, 2.0)
+        ax.set_yticks([1.4, 0.4], ["expert", "amateur"])
+        ax.set_xticks([])
+        ax.set_title(f"draft x{accepted + 1} rejected, r resampled" if scenario == "rejected"
+                     else "all γ drafts accepted, bonus b", fontsize=10)
+    handles = [Patch(facecolor=styles["cached"][0], edgecolor="black", label="prompt (cached)"),
+               Patch(facecolor=styles["kept"][0], edgecolor="black", label="accepted draft (cached)"),
+               Patch(facecolor="white", hatch="//", edgecolor="black", label="computed, then cropped"),
+               Patch(facecolor=COLORS["unused"], edgecolor="black", label="drafted, never fed, discarded"),
+               Patch(facecolor="white", edgecolor="black", linestyle="--", label="not in the cache: fed next round")]
+    fig.legend(handles=handles, loc="lower center", ncol=5, fontsize=8, frameon=False)
+    fig.suptitle(f"the KV caches after one round, γ = {gamma}")
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    return fig
+
+
 def describe_iteration(tokenizer, it: SpecIteration) -> str:
     """One speculative iteration in words: what was drafted, accepted, rejected and added by the expert."""
     shown = [repr(tokenizer.decode([t])) for t in it.draft]

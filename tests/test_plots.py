@@ -6,6 +6,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import pytest
 import torch
 from matplotlib.figure import Figure
 
@@ -71,3 +72,11 @@ def test_speedup_surface_orders_panels_by_c_and_takes_r_per_gamma():
     assert [ax.get_title().split(",")[0] for ax in panels] == ["c = 0.1", "c = 0.9"]
     assert "1.20–1.80" in panels[0].get_title()
     assert [t.get_text() for t in panels[0].texts] == ["here"]
+
+
+def test_kv_cache_states_draws_both_endings_and_refuses_a_bad_count():
+    fig = plots.kv_cache_states(gamma=4, accepted=1)
+    assert [ax.get_title() for ax in fig.axes] == ["draft x2 rejected, r resampled", "all γ drafts accepted, bonus b"]
+    assert len(fig.axes[0].patches) == 2 * (3 + 4 + 1)
+    with pytest.raises(ValueError, match=r"accepted must be in 0\.\.gamma-1"):
+        plots.kv_cache_states(gamma=4, accepted=4)
