@@ -682,7 +682,7 @@ def penalize_repetition(scores: torch.Tensor, seen: torch.Tensor, penalty: float
 
 def dola(model: PreTrainedModel, input_ids: torch.Tensor, *, max_new_tokens: int,
          premature_layers: Sequence[int] | None = None, alpha: float = 0.1, repetition_penalty: float = 1.2,
-         eos_token_id: EosIds = None) -> Generation:
+         final_norm: bool = True, eos_token_id: EosIds = None) -> Generation:
     """DoLa, Chuang et al. 2023, "DoLa: Decoding by Contrasting Layers Improves Factuality in Large Language
     Models" (notebook 06; transformers' ``generate(dola_layers=...)`` before 4.56), greedy, KV-cached.
 
@@ -695,7 +695,7 @@ def dola(model: PreTrainedModel, input_ids: torch.Tensor, *, max_new_tokens: int
       :func:`helpers.models.early_exit` does (the "logit lens"). The authors' code (voidism/DoLa) and
       transformers' implementation applied the LM head to the raw hidden state instead; applying the norm is
       the open request voidism/DoLa#9. Without it, the scale of h_j (growing with depth) acts as a per-layer
-      temperature of q_j.
+      temperature of q_j. ``final_norm=False`` reads the raw hidden state, as the paper's code does.
     * **Layers.** ``premature_layers=None`` is the "low" bucket (:func:`dola_low_layers`); 0 = embedding output.
     * **Repetition penalty.** DoLa alone tends to repeat itself; the paper and transformers recommend CTRL's
       penalty 1.2 (:func:`penalize_repetition`), applied here to the contrast score of every token of the prompt
@@ -711,6 +711,8 @@ def dola(model: PreTrainedModel, input_ids: torch.Tensor, *, max_new_tokens: int
                          f"(model.model.norm, model.lm_head); {type(model).__name__} has none. Use a Llama-style "
                          "model such as the pocket expert.")
     layers = _check_premature_layers(model, premature_layers)
+    if not isinstance(final_norm, bool):
+        raise TypeError(f"final_norm must be True or False, got {final_norm!r}")
     if not (_is_number(repetition_penalty) and repetition_penalty > 0):
         raise ValueError(f"repetition_penalty must be > 0 (1.0 = off; the paper uses 1.2), got {repetition_penalty!r}")
     eos = _eos_set(eos_token_id)
@@ -721,7 +723,8 @@ def dola(model: PreTrainedModel, input_ids: torch.Tensor, *, max_new_tokens: int
         out = lm.forward(output_hidden_states=True)
         log_q_final = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
         with torch.no_grad():
-            early = head(norm(torch.stack([out.hidden_states[j][0, -1] for j in layers]))).float()
+            hidden = torch.stack([out.hidden_states[j][0, -1] for j in layers])
+            early = head(norm(hidden) if final_norm else hidden).float()
         jsd = jensen_shannon(log_q_final, torch.log_softmax(early, dim=-1))
         chosen = int(jsd.argmax())
         scores = contrastive_scores(log_q_final, early[chosen], alpha).scores

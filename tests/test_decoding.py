@@ -424,6 +424,22 @@ def test_dola_trace_records_the_premature_layer_of_every_step(deep, prompt):
     assert {s.chosen_layer for s in dola(deep, prompt, max_new_tokens=8).trace} <= set(dola_low_layers(deep))
 
 
+def test_dola_without_the_final_norm_reads_raw_hidden_states(deep, prompt):
+    """``final_norm=False``: the early exits are lm_head(h_j), as in the paper's code (voidism/DoLa#9)."""
+    layers = [0, 1, 2, 3, 4, 5]
+    raw = dola(deep, prompt, max_new_tokens=1, premature_layers=layers, final_norm=False).trace[0]
+    with torch.no_grad():
+        out = deep(prompt, output_hidden_states=True)
+        log_final = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
+        early = deep.lm_head(torch.stack([out.hidden_states[j][0, -1] for j in layers])).float()
+    jsd = jensen_shannon(log_final, torch.log_softmax(early, dim=-1))
+    assert raw.jsd == pytest.approx(dict(zip(layers, jsd.tolist(), strict=True)), abs=1e-5)
+    normed = dola(deep, prompt, max_new_tokens=1, premature_layers=layers).trace[0]
+    assert raw.jsd != pytest.approx(normed.jsd, abs=1e-5)
+    with pytest.raises(TypeError, match="final_norm"):
+        dola(deep, prompt, max_new_tokens=1, final_norm="no")
+
+
 def test_dola_with_alpha_one_is_greedy(deep, prompt):
     """V_head = {argmax q_N}: the contrast and the repetition penalty have nothing left to choose from."""
     assert (dola(deep, prompt, max_new_tokens=20, alpha=1.0).new_token_ids
