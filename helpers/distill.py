@@ -7,8 +7,10 @@
    generated position: sequence-level *and* token-level knowledge distillation data (Kim & Rush 2016;
    DistillSpec, Zhou et al. 2023). One shard per batch; a rerun continues after the last shard.
 2. **train** -- a small Llama-style student with the expert's tokenizer (tied embeddings initialised from a
-   PCA projection of the expert's) minimises the cross-entropy to the expert's renormalised top-k distribution
-   plus ``ce_weight`` x the cross-entropy of the token the expert actually wrote. Checkpoints let a rerun resume.
+   PCA projection of the expert's) minimises the cross-entropy to the expert's top-k distribution (``--loss
+   renormalised``: the top-k alone, renormalised; ``--loss rest``: the top-k plus a bucket for the rest of the
+   mass) plus ``ce_weight`` x the cross-entropy of the token the expert actually wrote. Checkpoints let a rerun
+   resume.
 3. **evaluate** -- on held-out prompts (``data/prompts.txt``, never trained on), with the decoders' own
    statistics: α = E[Σ min(p, q)] at temperature 1 along the expert's samples (``speculative(...).stats``),
    greedy agreement (the same statistic at temperature 0), and the 1-token step times of both models measured
@@ -72,6 +74,8 @@ class Settings:
     lr: float = 2e-3
     warmup: int = 100
     ce_weight: float = 0.3
+    loss: str = "renormalised"
+    """The soft target: see :data:`LOSSES`."""
     autocast: bool = True
     """Train in bfloat16 mixed precision (fast on CPUs with AVX-512 BF16 and on recent GPUs)."""
     eval_prompts: int = 30
@@ -224,21 +228,51 @@ def _batch(examples: Sequence[Example], pad_id: int) -> tuple[torch.Tensor, ...]
     return tokens, mask, row, col, targets, target_logp, next_token
 
 
+LOSSES = ("renormalised", "rest")
+"""How the teacher's top-k becomes a target (``Settings.loss``): ``renormalised`` = softmax over the top-k alone
+(its probability mass outside the top-k is thrown away); ``rest`` = the top-k plus one "rest" outcome that holds
+the remaining mass, 1 - Σ_top-k p, matched by the student's mass outside the same k tokens."""
+
+
+def soft_targets(target_logp: torch.Tensor, loss: str) -> torch.Tensor:
+    """The teacher's target probabilities, (N, k) for ``renormalised`` and (N, k + 1) for ``rest`` (last column:
+    the rest bucket). ``target_logp`` are the teacher's log-probabilities over its full vocabulary, top-k only."""
+    if loss == "renormalised":
+        return torch.softmax(target_logp, dim=-1)
+    p = target_logp.exp()
+    return torch.cat([p, (1 - p.sum(-1, keepdim=True)).clamp(min=0)], dim=-1)
+
+
+def student_log_probs(logq: torch.Tensor, targets: torch.Tensor, loss: str) -> torch.Tensor:
+    """The student's log-probabilities of the same outcomes as :func:`soft_targets`: its log q of the k tokens,
+    plus for ``rest`` log Σ q over every other token (computed by masking, stable when the rest is tiny)."""
+    top = logq.gather(1, targets)
+    if loss == "renormalised":
+        return top
+    rest = torch.logsumexp(logq.scatter(1, targets, float("-inf")), dim=-1, keepdim=True)
+    return torch.cat([top, rest], dim=-1)
+
+
 def distillation_loss(student: PreTrainedModel, examples: Sequence[Example], pad_id: int, ce_weight: float,
-                      autocast: bool = False) -> tuple[torch.Tensor, dict[str, float]]:
-    """Cross-entropy to the teacher's renormalised top-k distribution + ce_weight x cross-entropy of the token
-    the teacher wrote, averaged over generated positions. Only supervised positions go through the LM head;
-    ``autocast`` runs the student in bfloat16 mixed precision (fp32 master weights)."""
+                      autocast: bool = False, loss: str = "renormalised") -> tuple[torch.Tensor, dict[str, float]]:
+    """Cross-entropy to the teacher's top-k target (:func:`soft_targets`: renormalised, or with a rest bucket) +
+    ce_weight x cross-entropy of the token the teacher wrote, averaged over generated positions. Only supervised
+    positions go through the LM head; ``autocast`` runs the student in bfloat16 mixed precision (fp32 master
+    weights). The parts also report ``mass``, the student's mean probability on the teacher's top-k, beside
+    ``teacher_mass``, the teacher's own: a student with more mass there than the teacher is over-confident."""
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
     tokens, mask, row, col, targets, target_logp, next_token = _batch(examples, pad_id)
     with torch.autocast(student.device.type, dtype=torch.bfloat16, enabled=autocast):
         hidden = student.model(input_ids=tokens, attention_mask=mask).last_hidden_state[row, col]
         logits = student.lm_head(hidden)
     logq = torch.log_softmax(logits.float(), dim=-1)
-    p = torch.softmax(target_logp, dim=-1)  # renormalise the teacher's top-k
-    soft = -(p * logq.gather(1, targets)).sum(-1).mean()
+    soft = -(soft_targets(target_logp, loss) * student_log_probs(logq, targets, loss)).sum(-1).mean()
     hard = -logq.gather(1, next_token[:, None]).mean()
     top1 = (logq.argmax(-1) == targets[:, 0]).float().mean()
-    parts = {"soft": soft.item(), "hard": hard.item(), "top1": top1.item()}
+    parts = {"soft": soft.item(), "hard": hard.item(), "top1": top1.item(),
+             "mass": logq.gather(1, targets).exp().sum(-1).mean().item(),
+             "teacher_mass": target_logp.exp().sum(-1).mean().item()}
     return soft + ce_weight * hard, parts
 
 
@@ -284,7 +318,8 @@ def train(student: LlamaForCausalLM, examples: Sequence[Example], valid: Sequenc
                                                                                     len(examples))
         offset = (step % steps_per_epoch) * settings.train_batch
         batch = [examples[i] for i in order[offset:offset + settings.train_batch]]
-        loss, parts = distillation_loss(student, batch, pad_id, settings.ce_weight, settings.autocast)
+        loss, parts = distillation_loss(student, batch, pad_id, settings.ce_weight, settings.autocast,
+                                        settings.loss)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
@@ -308,14 +343,15 @@ def validate(student: PreTrainedModel, valid: Sequence[Example], pad_id: int, se
     """Mean distillation loss and top-1 agreement on held-out teacher data (student left in its mode)."""
     was_training = student.training
     student.eval()
-    losses, top1s = [], []
-    for i in range(0, len(valid), settings.train_batch):
+    sums: dict[str, float] = {}
+    batches = range(0, len(valid), settings.train_batch)
+    for i in batches:
         loss, parts = distillation_loss(student, valid[i:i + settings.train_batch], pad_id, settings.ce_weight,
-                                        settings.autocast)
-        losses.append(float(loss))
-        top1s.append(parts["top1"])
+                                        settings.autocast, settings.loss)
+        for key, value in {"loss": float(loss), **parts}.items():
+            sums[key] = sums.get(key, 0.0) + value
     student.train(was_training)
-    return {"loss": sum(losses) / max(1, len(losses)), "top1": sum(top1s) / max(1, len(top1s))}
+    return {key: sums.get(key, 0.0) / max(1, len(batches)) for key in ("loss", "top1", "mass", "teacher_mass")}
 
 
 # ----------------------------------------------------------------------------------------- 3. evaluate
@@ -373,6 +409,8 @@ def model_card(card: dict) -> str:
     for label, key, fmt in rows:
         table.append(f"| {label} |" + (f" {fmt.format(before[key])} |" if before else "") + f" {fmt.format(q[key])} |")
     last = card["log"][-1] if card["log"] else {}
+    target = (f"top-{s['top_k']} distribution plus a bucket for the rest of its mass"
+              if s.get("loss") == "rest" else f"renormalised top-{s['top_k']} distribution")
     losses = [entry["valid_loss"] for entry in card["log"]]
     trend = ("The validation loss was still falling when training stopped: more data or more steps should raise α "
              "further." if len(losses) > 1 and losses[-1] < losses[-2] else
@@ -398,7 +436,7 @@ tokens and {card['valid_tokens']:,} validation tokens, with the expert's top-{s[
 at every position. Generation took {card['generate_seconds'] / 60:.0f} min.
 
 ## Training
-Loss: cross-entropy to the expert's renormalised top-{s['top_k']} distribution + {s['ce_weight']} x
+Loss: cross-entropy to the expert's {target} + {s['ce_weight']} x
 cross-entropy of the token the expert wrote. AdamW (lr {s['lr']}, warm-up {s['warmup']} steps, cosine decay),
 {s['epochs']} epochs = {last.get('step', 0)} steps of {s['train_batch']} sequences,
 {card['train_seconds'] / 60:.0f} min.
@@ -461,7 +499,7 @@ def hardware() -> str:
 
 
 RESUME_KEYS = ("n_prompts", "batch_size", "max_new_tokens", "top_k", "greedy_every", "student", "epochs",
-               "train_batch", "lr", "warmup", "ce_weight", "autocast", "seed")
+               "train_batch", "lr", "warmup", "ce_weight", "loss", "autocast", "seed")
 """Settings that the teacher shards and the training checkpoint depend on."""
 
 
@@ -548,6 +586,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name in ("hidden", "layers", "intermediate", "heads", "kv_heads"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=None,
                             help=f"student {name}, default {getattr(default.student, name)}")
+    parser.add_argument("--loss", choices=LOSSES, default=None,
+                        help=f"soft target: the teacher's top-k renormalised, or with a rest bucket (default "
+                             f"{default.loss})")
     parser.add_argument("--fp32-training", action="store_true", help="train in fp32 instead of bf16 autocast")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)

@@ -56,14 +56,17 @@ def _one_model(decoder: Callable[..., object], **knobs: object) -> Method:
 METHODS: dict[str, tuple[Method, bool]] = {
     "sampling T=1": (_sampling(temperature=1.0), True),
     "greedy": (_sampling(temperature=0), False),
+    "greedy + repetition penalty 1.2": (_sampling(temperature=0, repetition_penalty=1.2), False),
     "top-p 0.95": (_sampling(top_p=0.95), True),
     "contrastive α=0.1": (_contrastive(0.1), False),
     "contrastive α=0.1 (early-exit amateur)": (_contrastive(0.1, lambda pair: early_exit(pair.expert)), False),
     "contrastive search": (_one_model(contrastive_search, penalty_alpha=0.6, top_k=4), False),
-    "DoLa": (_one_model(dola), False),
+    "DoLa": (_one_model(dola), False),  # repetition penalty 1.2, the paper's default
+    "DoLa without repetition penalty": (_one_model(dola, repetition_penalty=1.0), False),
 }
-"""name -> (method, samples?); deterministic methods run once per prompt. The first four are notebook 04's; the
-early-exit contrast is notebook 05's comparison of amateurs, contrastive search and DoLa are notebook 06's."""
+"""name -> (method, samples?); deterministic methods run once per prompt. Notebook 04 uses the defaults, notebook
+05 the early-exit contrast (its comparison of amateurs), notebook 06 contrastive search and DoLa, and the two
+penalty rows that separate DoLa's contrast (DoLa uses the paper's repetition penalty 1.2) from the penalty."""
 DEFAULT_METHODS = ("sampling T=1", "greedy", "top-p 0.95", "contrastive α=0.1")
 
 

@@ -497,6 +497,32 @@ def test_naive_greedy_equals_generate(tiny_pair, prompt):
     assert ours == theirs[0, prompt.shape[1]:].tolist()
 
 
+@pytest.mark.parametrize(("temperature", "top_k"), [(0, None), (0.8, 20)])
+def test_naive_repetition_penalty_equals_generate(tiny_pair, prompt, temperature, top_k):
+    expert, _ = tiny_pair
+    ours = naive(expert, prompt, max_new_tokens=30, temperature=temperature, top_k=top_k, repetition_penalty=1.3,
+                 generator=torch.Generator().manual_seed(3)).new_token_ids
+    if temperature == 0:
+        assert ours != naive(expert, prompt, max_new_tokens=30, temperature=0).new_token_ids  # it changes the text
+        theirs = expert.generate(prompt, do_sample=False, max_new_tokens=30, eos_token_id=None, repetition_penalty=1.3)
+        assert ours == theirs[0, prompt.shape[1]:].tolist()
+    else:  # the same distribution step by step: transformers' processors on the same prefixes
+        from transformers import RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper
+
+        ids = torch.cat([prompt, torch.tensor([ours])], dim=1)
+        with torch.no_grad():
+            logits = expert(ids).logits[0, prompt.shape[1] - 1:-1]
+        for i, row in enumerate(logits):
+            scores = row[None].clone()
+            for proc in (RepetitionPenaltyLogitsProcessor(1.3), TemperatureLogitsWarper(temperature),
+                         TopKLogitsWarper(top_k)):
+                scores = proc(ids[:, :prompt.shape[1] + i], scores)
+            theirs = torch.softmax(scores, -1)[0]
+            mine = probabilities(penalize_repetition(row, ids[0, :prompt.shape[1] + i], 1.3), temperature, top_k)
+            torch.testing.assert_close(mine, theirs, atol=1e-6, rtol=1e-5)
+            assert not torch.allclose(mine, probabilities(row, temperature, top_k))  # and the distribution
+
+
 @pytest.mark.parametrize("gamma", [1, 4])
 def test_greedy_speculative_equals_assisted_generate(tiny_pair, prompt, gamma):
     expert, amateur = tiny_pair
@@ -702,6 +728,8 @@ def test_contrastive_refuses_bad_knobs(tiny_pair, prompt, change, message):
     (dola, {"premature_layers": [0.5]}, "not layers"),
     (dola, {"repetition_penalty": 0}, "repetition_penalty must be > 0"),
     (dola, {"repetition_penalty": "1.2"}, "repetition_penalty"),
+    (naive, {"repetition_penalty": 0}, "repetition_penalty must be > 0"),
+    (naive, {"repetition_penalty": -1.2}, "repetition_penalty must be > 0"),
 ])
 def test_single_model_methods_refuse_bad_knobs(tiny_pair, prompt, method, change, message):
     expert, _ = tiny_pair

@@ -109,12 +109,53 @@ def test_training_lowers_the_loss_and_resumes_from_its_checkpoint(teacher, token
     log = distill.train(student, examples[4:], examples[:4], tmp_path / "train", settings, pad, progress=False)
     loss_after, _ = distill.distillation_loss(student, examples, pad, settings.ce_weight)
     assert loss_after < loss_before
-    assert log[-1]["step"] == 4 * 5 and {"valid_loss", "valid_top1", "seconds"} <= log[-1].keys()
+    assert log[-1]["step"] == 4 * 5
+    assert {"valid_loss", "valid_top1", "valid_mass", "valid_teacher_mass", "seconds"} <= log[-1].keys()
     # a rerun with more epochs continues from the checkpoint instead of starting again
     settings.epochs = 6.0
     again = distill.make_student(teacher, settings.student)
     log2 = distill.train(again, examples[4:], examples[:4], tmp_path / "train", settings, pad, progress=False)
     assert log2[:len(log)] == log and log2[-1]["step"] == 6 * 5
+
+
+def test_the_rest_bucket_keeps_the_mass_outside_the_top_k():
+    logits = torch.randn(5, 40, generator=torch.Generator().manual_seed(0)) * 2
+    logp = torch.log_softmax(logits, -1)
+    values, ids = logp.topk(4, -1)
+    outside = 1 - values.exp().sum(-1)
+    target = distill.soft_targets(values, "rest")
+    assert target.shape == (5, 5) and torch.allclose(target.sum(-1), torch.ones(5))
+    assert torch.allclose(target[:, -1], outside)
+    mine = distill.student_log_probs(logp, ids, "rest")
+    assert torch.allclose(mine[:, -1].exp(), outside, atol=1e-6)  # log Σ q over the other 36 tokens
+    assert torch.allclose(distill.soft_targets(values, "renormalised").sum(-1), torch.ones(5))
+
+
+def cross_entropy(target_logp, student_logp, ids, loss):
+    targets = distill.soft_targets(target_logp, loss)
+    return float(-(targets * distill.student_log_probs(student_logp, ids, loss)).sum(-1).mean())
+
+
+def test_the_renormalised_target_rewards_over_confidence_and_the_rest_bucket_does_not():
+    logp = torch.log_softmax(torch.randn(5, 40, generator=torch.Generator().manual_seed(1)), -1)
+    values, ids = logp.topk(4, -1)
+    honest = logp  # the teacher itself
+    confident = torch.full_like(logp, float("-inf")).scatter(1, ids, torch.log_softmax(values, -1))  # top-k only
+    assert cross_entropy(values, confident, ids, "renormalised") <= cross_entropy(values, honest, ids,
+                                                                                   "renormalised")
+    assert cross_entropy(values, honest, ids, "rest") < cross_entropy(values, confident, ids, "rest")
+
+
+def test_the_loss_is_one_of_two(teacher, tokenizer, tmp_path, one_thread):
+    settings = toy_settings()
+    shards = distill.generate(teacher, tokenizer, prompts(4), tmp_path / "teacher", settings, progress=False)
+    examples = distill.load_examples(shards)
+    student = distill.make_student(teacher, settings.student)
+    for loss in distill.LOSSES:
+        value, parts = distill.distillation_loss(student, examples, tokenizer.pad_token_id, 0.3, loss=loss)
+        assert torch.isfinite(value) and 0 < parts["mass"] <= 1 and 0 < parts["teacher_mass"] <= 1
+    with pytest.raises(ValueError, match="loss must be one of"):
+        distill.distillation_loss(student, examples, tokenizer.pad_token_id, 0.3, loss="kl")
 
 
 def test_a_perfect_draft_has_alpha_one(teacher, tokenizer, one_thread):
@@ -153,3 +194,5 @@ def test_a_work_folder_refuses_to_resume_with_other_settings(tmp_path):
     distill.check_work_folder(tmp_path, toy_settings(eval_prompts=2))  # evaluation settings may change
     with pytest.raises(ValueError, match="other settings \\(batch_size, lr\\)"):
         distill.check_work_folder(tmp_path, toy_settings(batch_size=8, lr=1e-3))
+    with pytest.raises(ValueError, match="other settings \\(loss\\)"):
+        distill.check_work_folder(tmp_path, toy_settings(loss="rest"))
