@@ -18,8 +18,7 @@ from typing import TypeVar
 import torch
 from transformers import PreTrainedModel
 
-from helpers import decoding
-from helpers.decoding import probabilities
+from helpers.decoding import core, probabilities
 
 Outcome = TypeVar("Outcome", bound=Hashable)
 
@@ -156,12 +155,12 @@ class _Draws:
 
     @contextmanager
     def installed(self) -> Iterator[None]:
-        saved = decoding.sample, decoding.bernoulli
-        decoding.sample, decoding.bernoulli = self.sample, self.bernoulli
+        saved = core.sample, core.bernoulli  # every decoder draws through these two module attributes
+        core.sample, core.bernoulli = self.sample, self.bernoulli
         try:
             yield
         finally:
-            decoding.sample, decoding.bernoulli = saved
+            core.sample, core.bernoulli = saved
 
 
 def exact_distribution(run: Callable[[], Outcome], *, branching_draws: int | None = None) -> dict[Outcome, float]:

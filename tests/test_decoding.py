@@ -16,6 +16,7 @@ from helpers.bench import assistant_drafts, quiet_transformers
 from helpers.decoding import (
     contrastive,
     contrastive_search,
+    core,
     dola,
     dola_low_layers,
     jensen_shannon,
@@ -24,6 +25,7 @@ from helpers.decoding import (
     penalize_repetition,
     probabilities,
     prompt_lookup,
+    speculation,
     speculative,
 )
 from helpers.stats import exact_distribution, exact_first_two, first_two_counts, goodness_of_fit, round_error
@@ -134,6 +136,24 @@ def test_one_speculative_round_is_exact(exact_pair, prompt, one_thread, warp, ga
     assert round_error(outputs, expert, prompt, gamma + 1, **warp) < EXACT_TOLERANCE
 
 
+@pytest.mark.parametrize("warp", [T1, TOP3], ids=exact_id)
+def test_a_dynamic_draft_length_keeps_the_round_exact(exact_pair, prompt, one_thread, warp):
+    """Issue 12, point 3: the amateur stops drafting after a token it is unsure of (confidence_threshold). Where a
+    draft stops depends on the draft alone, so the round stays exact; both a short and a full draft occur."""
+    expert, amateur = exact_pair
+    gamma, lengths = 3, set()
+
+    def decode():
+        run = speculative(expert, amateur, prompt, max_new_tokens=gamma + 1, gamma=gamma, confidence_threshold=0.2,
+                          **warp)
+        lengths.add(len(run.trace[0].draft))
+        return tuple(run.trace[0].emitted)
+
+    outputs = exact_distribution(decode, branching_draws=gamma + 1)
+    assert min(lengths) < gamma and max(lengths) == gamma, lengths
+    assert round_error(outputs, expert, prompt, gamma + 1, **warp) < EXACT_TOLERANCE
+
+
 @pytest.mark.parametrize(("warp", "gamma"), [(T1, 2), (TOP3, 3)], ids=exact_id)
 def test_one_prompt_lookup_round_is_exact(exact_pair, one_thread, warp, gamma):
     """The same check for point-mass drafts: [2, 4, 5, 2] drafts what followed the earlier 2."""
@@ -151,13 +171,13 @@ def test_a_bonus_token_drawn_from_p_gamma_fails_the_exact_check(exact_pair, prom
     """Negative control (b): the real sampler, except that the expert's last row p_{γ+1} is replaced by p_γ, so the
     bonus token is drawn from the distribution that judged the last draft."""
     expert, amateur = exact_pair
-    real = decoding.probabilities
+    real = speculation.probabilities
 
     def last_row_repeated(logits, *args, **kwargs):
         probs = real(logits, *args, **kwargs)
         return torch.cat([probs[:-1], probs[-2:-1]]) if probs.dim() == 2 and len(probs) > 1 else probs
 
-    monkeypatch.setattr(decoding, "probabilities", last_row_repeated)
+    monkeypatch.setattr(speculation, "probabilities", last_row_repeated)
     outputs = first_round(lambda: speculative(expert, amateur, prompt, max_new_tokens=gamma + 1, gamma=gamma,
                                               **warp), gamma)
     assert round_error(outputs, expert, prompt, gamma + 1, **warp) > BIASED  # 0.011 .. 0.17
@@ -173,12 +193,12 @@ def speculative_with_draft_filters(expert, amateur, prompt, gamma, draw_top_k, j
         draft, judged = [], []
         for _ in range(n_draft):
             logits = ama.logits()[-1]
-            draft.append(decoding.sample(probabilities(logits, TOP3["temperature"], draw_top_k)))
+            draft.append(core.sample(probabilities(logits, TOP3["temperature"], draw_top_k)))
             judged.append(probabilities(logits, TOP3["temperature"], judge_top_k))
             ama.append(draft[-1:])
         return draft, judged
 
-    return decoding._draft_and_verify(exp, propose, max_new_tokens=gamma + 1, gamma=gamma, top_p=None,
+    return decoding.draft_and_verify(exp, propose, max_new_tokens=gamma + 1, gamma=gamma, top_p=None,
                                       generator=None, eos=frozenset(), **TOP3)
 
 
@@ -523,6 +543,25 @@ def test_naive_repetition_penalty_equals_generate(tiny_pair, prompt, temperature
             assert not torch.allclose(mine, probabilities(row, temperature, top_k))  # and the distribution
 
 
+def test_a_dynamic_draft_length_keeps_greedy_output_and_drafts_less(tiny_pair, prompt):
+    expert, amateur = tiny_pair
+    greedy = naive(expert, prompt, max_new_tokens=30, temperature=0).new_token_ids
+    fixed = speculative(expert, amateur, prompt, max_new_tokens=30, gamma=4, temperature=0)
+    never = speculative(expert, amateur, prompt, max_new_tokens=30, gamma=4, temperature=0, confidence_threshold=0.0)
+    always = speculative(expert, amateur, prompt, max_new_tokens=30, gamma=4, temperature=0, confidence_threshold=1.0)
+    assert fixed.new_token_ids == never.new_token_ids == always.new_token_ids == greedy
+    assert never.trace == fixed.trace  # threshold 0: a constant γ
+    # threshold 1: no token is that sure, one draft per round (none in a last round with one token of budget left)
+    assert {len(it.draft) for it in always.trace[:-1]} == {1} and len(always.trace[-1].draft) <= 1
+
+
+@pytest.mark.parametrize("threshold", [-0.1, 1.5, "0.4", True])
+def test_a_bad_confidence_threshold_is_refused(tiny_pair, prompt, threshold):
+    expert, amateur = tiny_pair
+    with pytest.raises(ValueError, match=r"confidence_threshold must be in \[0, 1\] or None"):
+        speculative(expert, amateur, prompt, max_new_tokens=5, confidence_threshold=threshold)
+
+
 @pytest.mark.parametrize("gamma", [1, 4])
 def test_greedy_speculative_equals_assisted_generate(tiny_pair, prompt, gamma):
     expert, amateur = tiny_pair
@@ -785,7 +824,7 @@ def test_pairs_with_different_vocabularies_are_refused(tiny_pair, prompt):
 
 def test_models_on_different_devices_are_refused(tiny_pair, prompt, monkeypatch):
     expert, amateur = tiny_pair
-    real = decoding._device
-    monkeypatch.setattr(decoding, "_device", lambda m: torch.device("meta") if m is amateur else real(m))
+    real = core._device
+    monkeypatch.setattr(core, "_device", lambda m: torch.device("meta") if m is amateur else real(m))
     with pytest.raises(ValueError, match="different devices"):
         speculative(expert, amateur, prompt, max_new_tokens=3)
