@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import math
 import random
 import shlex
 import sys
@@ -44,6 +43,7 @@ from helpers.data import DATA, DISTILL_PROMPTS, DRAFT_FOLDER, PROMPTS, read_prom
 from helpers.decoding import speculative
 from helpers.models import count_parameters, load_pair
 from helpers.timing import ForwardStep, interleaved, median
+from helpers.training import fit
 
 
 # ------------------------------------------------------------------------------------------- settings
@@ -133,8 +133,17 @@ def generate_batch(teacher: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
 
 def generate(teacher: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str],
              folder: Path, settings: Settings, *, progress: bool = True) -> list[Path]:
-    """Stage 1: one shard ``teacher-NNNNN.pt`` per batch in ``folder``; shards already there are kept."""
+    """Stage 1: one shard ``teacher-NNNNN.pt`` per batch in ``folder``; shards already there are kept.
+
+    Shard i is always the i-th batch of the prompts, so a run with more prompts continues a folder made with fewer.
+    ``folder/data.json`` records the settings the shards depend on (:data:`DATA_KEYS`) and refuses others. The
+    draft head's training (:mod:`helpers.train_head`) reads the same shards."""
     folder.mkdir(parents=True, exist_ok=True)
+    record, wanted = folder / "data.json", {key: getattr(settings, key) for key in DATA_KEYS}
+    if record.exists() and json.loads(record.read_text()) != wanted:
+        raise ValueError(f"{folder} holds teacher data made with other settings ({json.loads(record.read_text())}, "
+                         f"not {wanted}): choose another folder, or delete this one")
+    record.write_text(json.dumps(wanted))
     batches = [prompts[i:i + settings.batch_size] for i in range(0, len(prompts), settings.batch_size)]
     shards = [folder / f"teacher-{i:05d}.pt" for i in range(len(batches))]
     todo = [i for i, shard in enumerate(shards) if not shard.exists()]
@@ -278,64 +287,14 @@ def distillation_loss(student: PreTrainedModel, examples: Sequence[Example], pad
 
 def train(student: LlamaForCausalLM, examples: Sequence[Example], valid: Sequence[Example], folder: Path,
           settings: Settings, pad_id: int, *, progress: bool = True) -> list[dict]:
-    """Stage 2: AdamW with linear warm-up and cosine decay; returns the log (one entry per evaluation).
-
-    ``folder/checkpoint.pt`` is written every few hundred steps and at the end; a rerun resumes from it.
-    """
-    folder.mkdir(parents=True, exist_ok=True)
-    steps_per_epoch = math.ceil(len(examples) / settings.train_batch)
-    total = max(1, round(settings.epochs * steps_per_epoch))
-    optimizer = torch.optim.AdamW(student.parameters(), lr=settings.lr, betas=(0.9, 0.95), weight_decay=0.01)
-
-    def lr_at(step: int) -> float:
-        if step < settings.warmup:
-            return (step + 1) / settings.warmup
-        return 0.5 * (1 + math.cos(math.pi * (step - settings.warmup) / max(1, total - settings.warmup)))
-
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
-    checkpoint = folder / "checkpoint.pt"
-    step, log, start_time = 0, [], time.perf_counter()
-    elapsed_before = 0.0
-    if checkpoint.exists():
-        state = torch.load(checkpoint)
-        student.load_state_dict(state["student"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        step, log, elapsed_before = state["step"], state["log"], state["seconds"]
-
-    def save() -> None:
-        tmp = checkpoint.with_suffix(".tmp")
-        torch.save({"student": student.state_dict(), "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(), "step": step, "log": log,
-                    "seconds": elapsed_before + time.perf_counter() - start_time}, tmp)
-        tmp.rename(checkpoint)
-
-    every = max(1, min(200, total // 10))
-    bar = tqdm(total=total, initial=step, desc="student trains", unit="step", disable=not progress)
-    student.train()
-    while step < total:
-        order = random.Random(settings.seed * 7919 + step // steps_per_epoch).sample(range(len(examples)),
-                                                                                    len(examples))
-        offset = (step % steps_per_epoch) * settings.train_batch
-        batch = [examples[i] for i in order[offset:offset + settings.train_batch]]
-        loss, parts = distillation_loss(student, batch, pad_id, settings.ce_weight, settings.autocast,
-                                        settings.loss)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        step += 1
-        bar.update()
-        bar.set_postfix(loss=f"{loss.item():.3f}", top1=f"{parts['top1']:.2f}")
-        if step % every == 0 or step == total:
-            log.append({"step": step, "epoch": step / steps_per_epoch, "train_loss": loss.item(), **parts,
-                        **{f"valid_{k}": v for k, v in validate(student, valid, pad_id, settings).items()},
-                        "seconds": elapsed_before + time.perf_counter() - start_time})
-            save()
-    bar.close()
-    student.eval()
-    return log
+    """Stage 2: AdamW with linear warm-up and cosine decay (:func:`helpers.training.fit`); returns the log (one
+    entry per evaluation). ``folder/checkpoint.pt`` is written at every evaluation; a rerun resumes from it."""
+    return fit(student, examples,
+               lambda batch: distillation_loss(student, batch, pad_id, settings.ce_weight, settings.autocast,
+                                               settings.loss),
+               lambda: validate(student, valid, pad_id, settings), folder, epochs=settings.epochs,
+               batch=settings.train_batch, lr=settings.lr, warmup=settings.warmup, weight_decay=0.01,
+               seed=settings.seed, desc="student trains", progress=progress)
 
 
 @torch.no_grad()
@@ -498,6 +457,8 @@ def hardware() -> str:
     return f"{info['cpu'] or info['platform']}, {info['threads']} threads, torch {info['torch']}"
 
 
+DATA_KEYS = ("batch_size", "max_new_tokens", "top_k", "greedy_every", "seed")
+"""Settings that the teacher shards depend on (with the prompts)."""
 RESUME_KEYS = ("n_prompts", "batch_size", "max_new_tokens", "top_k", "greedy_every", "student", "epochs",
                "train_batch", "lr", "warmup", "ce_weight", "loss", "autocast", "seed")
 """Settings that the teacher shards and the training checkpoint depend on."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 from tokenizers import Tokenizer
@@ -53,6 +55,26 @@ def tiny_text_pair(tiny_pair) -> Pair:
     """The tiny models with a word tokenizer, as a Pair (for code that encodes and decodes text)."""
     return Pair(expert=tiny_pair[0], amateur=tiny_pair[1], tokenizer=word_tokenizer(WORDS), name="tiny",
                 expert_name="tiny-expert", amateur_name="tiny-amateur", source="built in the tests")
+
+
+@pytest.fixture(scope="module")
+def teacher() -> LlamaForCausalLM:
+    """The tiny teacher of the distillation and draft-head pipelines."""
+    return tiny_llama(3, layers=2)
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> PreTrainedTokenizerFast:
+    """The word tokenizer with a pad token (= EOS), for batched generation."""
+    tok = word_tokenizer(WORDS)
+    tok.pad_token = tok.eos_token
+    return tok
+
+
+def word_prompts(n: int, seed: int = 0) -> list[str]:
+    """n prompts of 1-4 random words of the tiny vocabulary."""
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 4))) for _ in range(n)]
 
 
 @pytest.fixture(scope="session")

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import copy
 import json
-import random
 
 import pytest
 import torch
-from conftest import WORDS, tiny_llama, word_tokenizer
+from conftest import word_prompts
 
 from helpers import distill
 from helpers.decoding import naive
@@ -26,25 +25,8 @@ def toy_settings(**overrides) -> distill.Settings:
     return settings
 
 
-@pytest.fixture(scope="module")
-def teacher():
-    return tiny_llama(3, layers=2)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    tok = word_tokenizer(WORDS)
-    tok.pad_token = tok.eos_token
-    return tok
-
-
-def prompts(n: int, seed: int = 0) -> list[str]:
-    rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 4))) for _ in range(n)]
-
-
 def test_batched_greedy_generation_equals_one_prompt_at_a_time(teacher, tokenizer, one_thread):
-    batch_prompts = prompts(4)
+    batch_prompts = word_prompts(4)
     batch = distill.generate_batch(teacher, tokenizer, batch_prompts, max_new_tokens=6, top_k=3, greedy=True,
                                    generator=torch.Generator().manual_seed(0))
     n_prompt = batch["sequences"].shape[1] - batch["generated"].shape[1]
@@ -61,21 +43,21 @@ def test_batched_greedy_generation_equals_one_prompt_at_a_time(teacher, tokenize
 
 def test_generate_resumes_after_the_last_finished_shard(teacher, tokenizer, tmp_path, monkeypatch, one_thread):
     settings = toy_settings()
-    shards = distill.generate(teacher, tokenizer, prompts(12), tmp_path, settings, progress=False)
+    shards = distill.generate(teacher, tokenizer, word_prompts(12), tmp_path, settings, progress=False)
     assert len(shards) == 3 and all(s.exists() for s in shards)
     before = torch.load(shards[2])
     shards[1].unlink()
     calls = []
     original = distill.generate_batch
     monkeypatch.setattr(distill, "generate_batch", lambda *a, **k: calls.append(1) or original(*a, **k))
-    distill.generate(teacher, tokenizer, prompts(12), tmp_path, settings, progress=False)
+    distill.generate(teacher, tokenizer, word_prompts(12), tmp_path, settings, progress=False)
     assert len(calls) == 1 and shards[1].exists()
     assert torch.equal(torch.load(shards[2])["sequences"], before["sequences"])
 
 
 def test_examples_align_tokens_with_the_teacher_targets(teacher, tokenizer, tmp_path, one_thread):
     settings = toy_settings(greedy_every=1)  # all greedy: the written token is the teacher's top-1
-    shards = distill.generate(teacher, tokenizer, prompts(8), tmp_path, settings, progress=False)
+    shards = distill.generate(teacher, tokenizer, word_prompts(8), tmp_path, settings, progress=False)
     examples = distill.load_examples(shards)
     assert len(examples) == 8
     for e in examples:
@@ -101,7 +83,7 @@ def test_student_embeddings_are_a_rescaled_pca_of_the_teacher(teacher):
 
 def test_training_lowers_the_loss_and_resumes_from_its_checkpoint(teacher, tokenizer, tmp_path, one_thread):
     settings = toy_settings(n_prompts=24, epochs=4.0, lr=1e-2)
-    shards = distill.generate(teacher, tokenizer, prompts(24), tmp_path / "teacher", settings, progress=False)
+    shards = distill.generate(teacher, tokenizer, word_prompts(24), tmp_path / "teacher", settings, progress=False)
     examples = distill.load_examples(shards)
     student = distill.make_student(teacher, settings.student)
     pad = tokenizer.pad_token_id
@@ -148,7 +130,7 @@ def test_the_renormalised_target_rewards_over_confidence_and_the_rest_bucket_doe
 
 def test_the_loss_is_one_of_two(teacher, tokenizer, tmp_path, one_thread):
     settings = toy_settings()
-    shards = distill.generate(teacher, tokenizer, prompts(4), tmp_path / "teacher", settings, progress=False)
+    shards = distill.generate(teacher, tokenizer, word_prompts(4), tmp_path / "teacher", settings, progress=False)
     examples = distill.load_examples(shards)
     student = distill.make_student(teacher, settings.student)
     for loss in distill.LOSSES:
@@ -159,7 +141,7 @@ def test_the_loss_is_one_of_two(teacher, tokenizer, tmp_path, one_thread):
 
 
 def test_a_perfect_draft_has_alpha_one(teacher, tokenizer, one_thread):
-    quality = distill.evaluate(teacher, copy.deepcopy(teacher), tokenizer, prompts(3), max_new_tokens=6, gamma=2,
+    quality = distill.evaluate(teacher, copy.deepcopy(teacher), tokenizer, word_prompts(3), max_new_tokens=6, gamma=2,
                                timing_repeats=2, progress=False)
     assert quality.alpha == pytest.approx(1.0) and quality.agreement == 1.0
     assert quality.positions > 0 and quality.c > 0
@@ -167,8 +149,8 @@ def test_a_perfect_draft_has_alpha_one(teacher, tokenizer, one_thread):
 
 def test_pipeline_end_to_end_writes_a_loadable_draft_and_its_card(teacher, tokenizer, tmp_path, one_thread):
     prompt_file, eval_file = tmp_path / "train.txt", tmp_path / "eval.txt"
-    prompt_file.write_text("\n".join(prompts(12, seed=1)) + "\n")
-    eval_file.write_text("\n".join(prompts(3, seed=2)) + "\n")
+    prompt_file.write_text("\n".join(word_prompts(12, seed=1)) + "\n")
+    eval_file.write_text("\n".join(word_prompts(3, seed=2)) + "\n")
     out = tmp_path / "draft"
     card = distill.run(teacher, tokenizer, toy_settings(), work=tmp_path / "work", out=out, prompts_file=prompt_file,
                        eval_file=eval_file, command="python -m helpers.distill --toy", progress=False)

@@ -7,8 +7,7 @@ import math
 import pytest
 import torch
 
-from helpers import decoding
-from helpers.decoding import naive
+from helpers.decoding import core, naive
 from helpers.stats import (
     chi2_sf,
     exact_distribution,
@@ -113,7 +112,7 @@ def test_only_the_first_draws_branch(tiny_pair, prompt, one_thread):
 
 def test_exact_distribution_puts_the_real_draws_back(tiny_pair, prompt):
     expert, _ = tiny_pair
-    real = decoding.sample, decoding.bernoulli
+    real = core.sample, core.bernoulli
 
     def failing_run():
         naive(expert, prompt, max_new_tokens=1)
@@ -121,12 +120,12 @@ def test_exact_distribution_puts_the_real_draws_back(tiny_pair, prompt):
 
     with pytest.raises(RuntimeError, match="the decoder failed"):
         exact_distribution(failing_run)
-    assert (decoding.sample, decoding.bernoulli) == real
+    assert (core.sample, core.bernoulli) == real
 
 
 def test_exact_distribution_of_acceptance_draws():
     """bernoulli(a) branches into True (a) and False (1 - a); a certain outcome does not branch."""
-    outcomes = exact_distribution(lambda: (decoding.bernoulli(0.3), decoding.bernoulli(1.0), decoding.bernoulli(0.0)))
+    outcomes = exact_distribution(lambda: (core.bernoulli(0.3), core.bernoulli(1.0), core.bernoulli(0.0)))
     assert outcomes == {(True, True, False): pytest.approx(0.3), (False, True, False): pytest.approx(0.7)}
 
 

@@ -232,15 +232,23 @@ class CachedModel:
     seen and returns the logits of the last ``keep`` positions; ``rollback(n)`` forgets the last n tokens (a
     rejected draft), ``follow(tokens)`` catches up with another model's sequence, ``branch``/``select`` try k
     next tokens as a batch and keep one (contrastive search). Without a cache (``use_cache=False``) every call
-    recomputes the whole sequence, as the source article does.
+    recomputes the whole sequence, as the source article does. ``keep_features=True`` also keeps the model's
+    last hidden state at every cached position (:attr:`features`), for a draft head (notebook 07).
     """
 
-    def __init__(self, model: PreTrainedModel, prompt: torch.Tensor, use_cache: bool = True) -> None:
+    def __init__(self, model: PreTrainedModel, prompt: torch.Tensor, use_cache: bool = True,
+                 keep_features: bool = False) -> None:
+        if keep_features and not use_cache:
+            raise ValueError("keep_features needs use_cache=True: the features are kept position by position")
         self.model = model
         self.tokens = prompt
         self.cache = DynamicCache(config=model.config) if use_cache else None
         self.calls = 0
         self._logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.keep_features = keep_features
+        self.features: torch.Tensor | None = None
+        """With ``keep_features``: (cached, hidden), the last hidden state (after the final norm: the input of the
+        LM head) at every position the cache holds, rolled back with it; None before the first forward pass."""
 
     @property
     def cached(self) -> int:
@@ -253,8 +261,13 @@ class CachedModel:
         new = self.tokens[:, self.cached:]
         if self._logits_to_keep:
             kwargs["logits_to_keep"] = keep
+        if self.keep_features:
+            kwargs["output_hidden_states"] = True
         out = self.model(new, past_key_values=self.cache, use_cache=self.cache is not None, **kwargs)
         self.calls += 1
+        if self.keep_features:
+            latest = out.hidden_states[-1][0]  # transformers: hidden_states[-1] is last_hidden_state, after the norm
+            self.features = latest if self.features is None else torch.cat([self.features, latest])
         return out
 
     def logits(self, keep: int = 1) -> torch.Tensor:
@@ -273,6 +286,8 @@ class CachedModel:
         excess = self.cached - self.tokens.shape[1]
         if self.cache is not None and excess > 0:
             self.cache.crop(-excess)  # transformers 5: a negative number = how many tokens to drop
+            if self.features is not None:
+                self.features = self.features[:self.cached]
 
     def follow(self, tokens: torch.Tensor) -> None:
         """Make ``tokens`` the sequence: roll back to the longest common prefix, then append the rest."""

@@ -1,0 +1,356 @@
+"""Train a draft head for the pocket expert (notebook 07): ``python -m helpers.train_head``.
+
+Five resumable stages in a work folder (default ``output/head``), sharing the distillation's data pipeline:
+
+1. **teacher data** -- the expert's own continuations of ``data/distill_prompts.txt``: the shards of
+   :func:`helpers.distill.generate`, by default in ``output/distill/teacher``, so the draft's distillation and
+   the head read the same text (and a folder one of them made is reused by the other);
+2. **features** -- one expert prefill pass per sequence gives its feature f_t (last hidden state, after the final
+   norm) at every position; stored per shard in fp16 (``features-NNNNN.pt``);
+3. **vocabulary** -- V_draft, the N tokens the expert wrote most often in the training shards (EAGLE-3, FR-Spec);
+4. **train** -- EAGLE-1's loss at every position t: SmoothL1(f̂_{t+1}, f_{t+1}) + ``cls_weight`` x the cross-entropy
+   from the expert's next-token distribution to the head's, both over V_draft (the expert's restricted to V_draft
+   and renormalised, which is the best a draft limited to V_draft can do for α); the input features get uniform
+   noise of ±``noise`` x their RMS (EAGLE-1: robustness to the head's own errors, which later draft steps read);
+5. **evaluate + save** -- on held-out prompts (``data/prompts.txt``): α at temperature 1 and greedy agreement from
+   :func:`helpers.heads.head_speculative`'s statistics, tokens per expert call, and c (one head draft step / one
+   expert step, timed alternately) with the trimmed vocabulary and with the full one. The head, ``card.json`` and
+   a model card go to ``data/pocket-head``.
+
+``--quick`` is the notebook-sized run (a few minutes on two CPU cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import random
+import shlex
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+from helpers import distill
+from helpers.data import DATA, DISTILL_PROMPTS, HEAD_FOLDER, PROMPTS, read_prompts
+from helpers.heads import DraftHead, head_speculative
+from helpers.models import load_pair
+from helpers.timing import ForwardStep, interleaved, median
+from helpers.training import fit
+
+
+@dataclass
+class HeadSettings:
+    """Everything that determines a run (stored in the card)."""
+
+    n_prompts: int = 5120
+    batch_size: int = 128
+    max_new_tokens: int = 96
+    top_k: int = 32
+    """Kept in the teacher shards for the draft's distillation; the head does not use it."""
+    greedy_every: int = 4
+    draft_vocab: int = 8192
+    """N, the size of V_draft."""
+    epochs: float = 4.0
+    train_batch: int = 16
+    lr: float = 1e-3
+    warmup: int = 50
+    cls_weight: float = 0.1
+    noise: float = 0.05
+    """Uniform noise of ±noise x RMS on the input features. EAGLE-1 adds U(-0.1, 0.1); the pocket expert's features
+    have an RMS of about 1.8, so 0.05 x RMS is about the same amount."""
+    eval_prompts: int = 30
+    eval_tokens: int = 32
+    eval_gamma: int = 4
+    timing_repeats: int = 30
+    seed: int = 0
+
+    def teacher(self) -> distill.Settings:
+        """The distillation settings the teacher shards depend on (shared with ``helpers.distill``)."""
+        return distill.Settings(n_prompts=self.n_prompts, batch_size=self.batch_size,
+                                max_new_tokens=self.max_new_tokens, top_k=self.top_k,
+                                greedy_every=self.greedy_every, seed=self.seed)
+
+
+QUICK = HeadSettings(n_prompts=96, batch_size=32, max_new_tokens=32, draft_vocab=2048, epochs=3.0, train_batch=8,
+                     warmup=5, eval_prompts=6, eval_tokens=24, timing_repeats=10)
+"""The ``--quick`` run of notebook 07 (a few minutes on two CPU cores)."""
+
+
+# ---------------------------------------------------------------------------------------- 2. features
+@torch.no_grad()
+def shard_features(expert: PreTrainedModel, examples: Sequence[distill.Example], batch: int = 16) -> list[torch.Tensor]:
+    """The expert's feature at every position of every sequence, (L, d) in fp16: one prefill pass each, batched
+    (right-padded, so a sequence's own positions see only its own tokens)."""
+    out: list[torch.Tensor | None] = [None] * len(examples)
+    order = sorted(range(len(examples)), key=lambda i: len(examples[i].tokens))
+    for start in range(0, len(order), batch):
+        rows = order[start:start + batch]
+        length = max(len(examples[i].tokens) for i in rows)
+        ids = torch.zeros(len(rows), length, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for j, i in enumerate(rows):
+            ids[j, :len(examples[i].tokens)] = examples[i].tokens
+            mask[j, :len(examples[i].tokens)] = 1
+        hidden = expert.model(input_ids=ids.to(expert.device), attention_mask=mask.to(expert.device)).last_hidden_state
+        for j, i in enumerate(rows):
+            out[i] = hidden[j, :len(examples[i].tokens)].half().cpu()
+    return out
+
+
+def features(expert: PreTrainedModel, shards: Sequence[Path], work: Path, *, progress: bool = True) -> list[Path]:
+    """Stage 2: ``features-NNNNN.pt`` beside each teacher shard's number, in ``work``; finished files are kept."""
+    work.mkdir(parents=True, exist_ok=True)
+    paths = [work / shard.name.replace("teacher", "features") for shard in shards]
+    for shard, path in tqdm(list(zip(shards, paths, strict=True)), desc="expert features", unit="shard",
+                            disable=not progress):
+        if not path.exists():
+            tmp = path.with_suffix(".tmp")
+            torch.save(shard_features(expert, distill.load_examples([shard])), tmp)
+            tmp.rename(path)
+    return paths
+
+
+@dataclass
+class HeadExample:
+    """One training sequence: its tokens and the expert's features at every position."""
+
+    tokens: torch.Tensor
+    features: torch.Tensor
+    first: int
+    """The last prompt position: tokens after it are the expert's."""
+
+
+def load_sequences(shards: Sequence[Path], feature_files: Sequence[Path]) -> list[HeadExample]:
+    sequences = []
+    for shard, path in zip(shards, feature_files, strict=True):
+        feats = torch.load(path)
+        for example, f in zip(distill.load_examples([shard]), feats, strict=True):
+            sequences.append(HeadExample(example.tokens, f, example.first))
+    return sequences
+
+
+# -------------------------------------------------------------------------------------- 3. vocabulary
+def draft_vocabulary(sequences: Sequence[HeadExample], size: int, eos_token_id: int | None = None) -> torch.Tensor:
+    """V_draft: the ``size`` tokens the expert wrote most often (its continuations, not the prompts), EOS always
+    included; sorted by id."""
+    counts = Counter(t for s in sequences for t in s.tokens[s.first + 1:].tolist())
+    chosen = [token for token, _ in counts.most_common(size)]
+    if eos_token_id is not None and eos_token_id not in chosen:
+        chosen = [*chosen[:size - 1], eos_token_id]
+    return torch.tensor(sorted(chosen))
+
+
+def coverage(sequences: Sequence[HeadExample], vocab: torch.Tensor) -> float:
+    """The share of the expert's written tokens that lie in V_draft (what a trimmed head can draft at all)."""
+    written = torch.cat([s.tokens[s.first + 1:] for s in sequences])
+    return float(torch.isin(written, vocab).float().mean())
+
+
+# ------------------------------------------------------------------------------------------- 4. train
+def head_loss(head: DraftHead, batch: Sequence[HeadExample], cls_weight: float, noise: float,
+              generator: torch.Generator | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """EAGLE-1's loss over every position t with a next feature: regression of f_{t+1} + ``cls_weight`` x the
+    cross-entropy from the expert's distribution over V_draft (renormalised) to the head's."""
+    device = head.fc.weight.device
+    dtype = head.fc.weight.dtype
+    length = max(len(s.tokens) for s in batch) - 1
+    feats = torch.zeros(len(batch), length + 1, head.config.hidden_size, dtype=dtype)
+    tokens = torch.zeros(len(batch), length + 1, dtype=torch.long)
+    valid = torch.zeros(len(batch), length, dtype=torch.bool)
+    for i, s in enumerate(batch):
+        feats[i, :len(s.tokens)] = s.features.to(dtype)
+        tokens[i, :len(s.tokens)] = s.tokens
+        valid[i, :len(s.tokens) - 1] = True
+    feats, tokens, valid = feats.to(device), tokens.to(device), valid.to(device)
+    inputs = feats[:, :-1]
+    if noise > 0:
+        rms = inputs.pow(2).mean().sqrt()
+        uniform = torch.rand(inputs.shape, generator=generator, device=device, dtype=dtype) * 2 - 1
+        inputs = inputs + uniform * noise * rms
+    predicted = head(inputs, tokens[:, 1:])[valid]
+    target = feats[:, 1:][valid]
+    regression = torch.nn.functional.smooth_l1_loss(predicted, target)
+    target_p = torch.softmax(head.logits(target).float(), dim=-1)
+    log_q = torch.log_softmax(head.logits(predicted).float(), dim=-1)
+    classification = -(target_p * log_q).sum(-1).mean()
+    top1 = (log_q.argmax(-1) == target_p.argmax(-1)).float().mean()
+    parts = {"regression": regression.item(), "classification": classification.item(), "top1": top1.item()}
+    return regression + cls_weight * classification, parts
+
+
+def train(head: DraftHead, sequences: Sequence[HeadExample], valid: Sequence[HeadExample], folder: Path,
+          settings: HeadSettings, *, progress: bool = True) -> list[dict]:
+    """Stage 4: :func:`helpers.training.fit` (AdamW, warm-up and cosine decay, checkpoints in ``folder``: a rerun
+    resumes); the noise draws come from one seeded generator (a resumed run draws other noise than an
+    uninterrupted one)."""
+    generator = torch.Generator(head.fc.weight.device).manual_seed(settings.seed)
+    return fit(head, sequences,
+               lambda batch: head_loss(head, batch, settings.cls_weight, settings.noise, generator),
+               lambda: validate(head, valid, settings), folder, epochs=settings.epochs, batch=settings.train_batch,
+               lr=settings.lr, warmup=settings.warmup, weight_decay=0.0, seed=settings.seed, desc="head trains",
+               progress=progress)
+
+
+@torch.no_grad()
+def validate(head: DraftHead, valid: Sequence[HeadExample], settings: HeadSettings) -> dict[str, float]:
+    """Loss and top-1 agreement (the head's argmax over V_draft = the expert's, one step ahead) on held-out data,
+    without noise."""
+    was_training = head.training
+    head.eval()
+    sums = {"loss": 0.0, "top1": 0.0}
+    batches = range(0, len(valid), settings.train_batch)
+    for i in batches:
+        loss, parts = head_loss(head, valid[i:i + settings.train_batch], settings.cls_weight, 0.0)
+        sums["loss"] += float(loss)
+        sums["top1"] += parts["top1"]
+    head.train(was_training)
+    return {key: value / max(1, len(batches)) for key, value in sums.items()}
+
+
+# ---------------------------------------------------------------------------------------- 5. evaluate
+class HeadStep:
+    """One draft step of a head, timed like :class:`helpers.timing.ForwardStep`: one input position through the
+    head and its readout, on a cache that holds the prompt (the cost that c compares with an expert step)."""
+
+    def __init__(self, head: DraftHead, expert: PreTrainedModel, input_ids: torch.Tensor) -> None:
+        if input_ids.shape[1] < 2:
+            raise ValueError("timing a head step needs a prompt of at least 2 tokens")
+        self.head = head
+        with torch.no_grad():
+            self.features = expert(input_ids, output_hidden_states=True).hidden_states[-1]
+        self.tokens = input_ids
+        self.cache = DynamicCache(config=head.config)
+        if input_ids.shape[1] > 2:
+            with torch.no_grad():
+                head(self.features[:, :-2], self.tokens[:, 1:-1], self.cache)
+
+    @torch.no_grad()
+    def __call__(self) -> None:
+        length = self.tokens.shape[1]
+        predicted = self.head(self.features[:, -2:-1], self.tokens[:, -1:], self.cache, start=length - 2)
+        self.head.logits(predicted[0, -1])
+        self.cache.crop(-1)
+
+
+def evaluate(expert: PreTrainedModel, head: DraftHead, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str],
+             *, max_new_tokens: int, gamma: int, timing_repeats: int, seed: int = 0,
+             progress: bool = True) -> dict[str, float]:
+    """α (temperature 1), greedy agreement, tokens per expert call (greedy) and c, trimmed and full vocabulary."""
+    betas: dict[float, list[float]] = {1.0: [], 0.0: []}
+    tokens = calls = 0
+    for i, prompt in enumerate(tqdm(prompts, desc="evaluate", unit="prompt", disable=not progress)):
+        ids = tokenizer(prompt, return_tensors="pt").input_ids.to(expert.device)
+        for temperature, values in betas.items():
+            generator = torch.Generator(expert.device).manual_seed(seed * 1009 + i)
+            run = head_speculative(expert, head, ids, max_new_tokens=max_new_tokens, gamma=gamma,
+                                   temperature=temperature, generator=generator, eos_token_id=tokenizer.eos_token_id)
+            values.extend(run.stats.betas)
+            if temperature == 0.0:
+                tokens, calls = tokens + len(run.new_token_ids), calls + run.stats.expert_calls
+    full = copy.deepcopy(head)
+    full.vocab = torch.arange(expert.config.vocab_size, device=expert.device)
+    full.attach(expert)
+    ids = tokenizer(max(prompts, key=len), return_tensors="pt").input_ids.to(expert.device)
+    times = interleaved({"expert": ForwardStep(expert, ids, 1), "head": HeadStep(head, expert, ids),
+                         "head, full vocabulary": HeadStep(full, expert, ids)}, timing_repeats, warmup=3)
+    expert_ms = 1000 * median(times["expert"])
+    return {"alpha": sum(betas[1.0]) / len(betas[1.0]), "agreement": sum(betas[0.0]) / len(betas[0.0]),
+            "positions": len(betas[1.0]), "tokens_per_call": tokens / calls, "expert_step_ms": expert_ms,
+            "head_step_ms": 1000 * median(times["head"]),
+            "head_step_full_vocab_ms": 1000 * median(times["head, full vocabulary"]),
+            "c": median(times["head"]) / median(times["expert"]),
+            "c_full_vocab": median(times["head, full vocabulary"]) / median(times["expert"])}
+
+
+# ------------------------------------------------------------------------------------------ pipeline
+def run(expert: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: HeadSettings, *, work: Path,
+        teacher: Path, out: Path | None, prompts_file: Path = DISTILL_PROMPTS, eval_file: Path = PROMPTS,
+        command: str = "", progress: bool = True) -> dict:
+    """All stages; each skips what an earlier run in ``work`` (and ``teacher``) already finished."""
+    work.mkdir(parents=True, exist_ok=True)
+    record = work / "settings.json"
+    wanted = {k: v for k, v in asdict(settings).items() if not k.startswith(("eval_", "timing_"))}
+    if record.exists() and json.loads(record.read_text()) != wanted:
+        raise ValueError(f"{work} holds a run with other settings; resuming would mix them. Choose another folder "
+                         "with --work, or delete this one.")
+    record.write_text(json.dumps(wanted, indent=1))
+    seconds: dict[str, float] = {}
+
+    def timed(stage: str, fn, *args, **kwargs):
+        start = time.perf_counter()
+        result = fn(*args, **kwargs)
+        seconds[stage] = time.perf_counter() - start
+        return result
+
+    torch.manual_seed(settings.seed)
+    prompts = read_prompts(prompts_file, settings.n_prompts)
+    shards = timed("generate", distill.generate, expert, tokenizer, prompts, teacher, settings.teacher(),
+                   progress=progress)
+    feature_files = timed("features", features, expert, shards, work, progress=progress)
+    sequences = load_sequences(shards, feature_files)
+    random.Random(settings.seed).shuffle(sequences)
+    n_valid = max(1, len(sequences) // 20)
+    valid, train_set = sequences[:n_valid], sequences[n_valid:]
+    vocab = draft_vocabulary(train_set, settings.draft_vocab, tokenizer.eos_token_id)
+    head = DraftHead.for_expert(expert, vocab, seed=settings.seed)
+    log = train(head, train_set, valid, work / "train", settings, progress=progress)
+    eval_prompts = read_prompts(eval_file, settings.eval_prompts)
+    quality = timed("evaluate", evaluate, expert, head, tokenizer, eval_prompts, max_new_tokens=settings.eval_tokens,
+                    gamma=settings.eval_gamma, timing_repeats=settings.timing_repeats, seed=settings.seed,
+                    progress=progress)
+    card = {"settings": asdict(settings), "parameters": head.n_parameters, "draft_vocab": len(vocab),
+            "coverage_valid": coverage(valid, vocab), "n_sequences": len(sequences),
+            "train_tokens": sum(len(s.tokens) - 1 for s in train_set), "teacher": str(teacher),
+            "seconds": {**seconds, "train": log[-1]["seconds"] if log else 0.0}, "quality": quality, "log": log,
+            "hardware": distill.hardware(), "command": command}
+    if out is not None:
+        head.save(out)
+        (out / "card.json").write_text(json.dumps(card, indent=1) + "\n")
+    return card | {"head": head}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m helpers.train_head", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="notebook-sized run (a few minutes), writes no head")
+    parser.add_argument("--work", type=Path, default=None, help="resumable work folder (default output/head)")
+    parser.add_argument("--teacher", type=Path, default=None,
+                        help="the teacher shards (default output/distill/teacher, shared with helpers.distill)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"where the head goes (default {HEAD_FOLDER.relative_to(DATA.parent)}; none with --quick)")
+    default = HeadSettings()
+    for name, value in asdict(default).items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=None,
+                            help=f"default {value} ({getattr(QUICK, name)} with --quick)")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    settings = copy.deepcopy(QUICK) if args.quick else HeadSettings()
+    for name in asdict(default):
+        if getattr(args, name) is not None:
+            setattr(settings, name, getattr(args, name))
+    work = args.work or Path("output/head-quick" if args.quick else "output/head")
+    teacher = args.teacher or Path("output/distill-quick/teacher" if args.quick else "output/distill/teacher")
+    out = args.out if args.out is not None or args.quick else HEAD_FOLDER
+    pair = load_pair("pocket", amateur="early-exit")
+    command = "python -m helpers.train_head " + " ".join(shlex.quote(a) for a in (argv if argv is not None
+                                                                                  else sys.argv[1:]))
+    card = run(pair.expert, pair.tokenizer, settings, work=work, teacher=teacher, out=out, command=command.strip(),
+               progress=not args.no_progress)
+    q = card["quality"]
+    print(f"α(T=1) {q['alpha']:.3f}, greedy agreement {q['agreement']:.3f}, {q['tokens_per_call']:.2f} tokens per "
+          f"expert call (γ = {settings.eval_gamma}), c {q['c']:.3f} (full vocabulary: {q['c_full_vocab']:.3f}); "
+          f"V_draft covers {card['coverage_valid']:.1%} of the expert's tokens")
+    if out is not None:
+        print(f"saved to {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""The draft head (helpers.heads): exact output, a KV cache kept in step with the expert, saving and loading."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_llama
+
+from helpers.decoding import naive
+from helpers.decoding.core import CachedModel
+from helpers.heads import DraftHead, head_speculative, load_head
+from helpers.stats import exact_distribution, round_error
+
+EXACT_VOCAB = 6
+
+
+@pytest.fixture(scope="module")
+def expert():
+    return tiny_llama(0, layers=2)
+
+
+def random_head(expert, vocab=None, seed=1, scale=3.0):
+    """A head with random weights large enough that its drafts differ from position to position."""
+    vocab = torch.arange(expert.config.vocab_size) if vocab is None else torch.tensor(vocab)
+    head = DraftHead.for_expert(expert, vocab, seed=seed)
+    with torch.no_grad():
+        for parameter in head.parameters():
+            parameter.mul_(scale)
+    return head.eval()
+
+
+def test_the_expert_keeps_its_features_through_a_rollback(expert, prompt):
+    lm = CachedModel(expert, prompt, keep_features=True)
+    lm.logits()
+    lm.append([4, 5, 6])
+    lm.logits(keep=3)
+    lm.rollback(2)
+    lm.append([7])
+    lm.logits()
+    with torch.no_grad():
+        full = expert(lm.tokens, output_hidden_states=True).hidden_states[-1][0]
+    assert lm.features.shape == full.shape
+    torch.testing.assert_close(lm.features, full, atol=1e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match="keep_features needs use_cache=True"):
+        CachedModel(expert, prompt, use_cache=False, keep_features=True)
+
+
+@pytest.mark.parametrize("vocab", [None, [0, 2, 3, 5, 7, 11]], ids=["full", "trimmed"])
+@pytest.mark.parametrize("gamma", [1, 3])
+def test_greedy_with_a_head_is_greedy_decoding(expert, prompt, vocab, gamma):
+    head = random_head(expert, vocab)
+    ours = head_speculative(expert, head, prompt, max_new_tokens=25, gamma=gamma, temperature=0)
+    assert ours.new_token_ids == naive(expert, prompt, max_new_tokens=25, temperature=0).new_token_ids
+    assert ours.trace[0].draft == []  # the first round reads the prompt: no features yet, so no draft
+    drafted = {t for it in ours.trace for t in it.draft}
+    assert drafted and (vocab is None or drafted <= set(vocab))
+    assert ours.stats.amateur_calls >= sum(len(it.draft) > 0 for it in ours.trace)
+
+
+def from_scratch_drafts(expert, head, prompt, trace):
+    """What the head drafts in every round when it recomputes everything from the expert's true features of the
+    verified sequence, without a cache: the reference for the cached :class:`HeadDrafter`."""
+    tokens = prompt[0].tolist()
+    drafts = []
+    for it in trace:
+        if it.draft:
+            ids = torch.tensor([tokens])
+            with torch.no_grad():
+                features = expert(ids, output_hidden_states=True).hidden_states[-1][0, :-1]  # f_0 .. f_{L-2}
+                next_tokens, draft = ids[0, 1:], []
+                for _ in it.draft:
+                    predicted = head(features[None], next_tokens[None])[0, -1]  # the whole sequence, no cache
+                    draft.append(int(head.vocab[head.logits(predicted).argmax()]))
+                    features = torch.cat([features, predicted[None]])
+                    next_tokens = torch.cat([next_tokens, torch.tensor(draft[-1:])])
+            drafts.append(draft)
+        tokens += it.emitted
+    return drafts
+
+
+def test_the_heads_cache_stays_in_step_with_the_expert(expert, prompt):
+    """Rejections roll the head's cache back to the verified positions: every round's draft equals the draft of a
+    head recomputed from scratch on the expert's true features (no cache), at every round."""
+    head = random_head(expert, [0, 2, 3, 5, 7, 9, 10, 11], seed=4, scale=1.5)
+    run = head_speculative(expert, head, prompt, max_new_tokens=30, gamma=3, temperature=0)
+    assert [it.draft for it in run.trace if it.draft] == from_scratch_drafts(expert, head, prompt, run.trace)
+    kept = [it.n_accepted for it in run.trace if it.draft]
+    assert 0 in kept and max(kept) > 0, "the run must see rejections and acceptances"
+
+
+@pytest.mark.parametrize("warp", [{"temperature": 1.0}, {"temperature": 0.7, "top_k": 3}], ids=["T1", "T0.7-top3"])
+def test_two_rounds_with_a_trimmed_head_are_exact(prompt, one_thread, warp):
+    """The exact check of notebook 03 (every path enumerated in float64): round 1 (the prompt, one token from p)
+    and round 2 (γ = 2 head drafts from a 4-token V_draft, 2 of the 6 tokens never drafted), continued by the
+    expert, give the expert's distribution of the next 4 tokens to 1e-6."""
+    expert = tiny_llama(2, layers=2, vocab=EXACT_VOCAB).double()
+    head = random_head(expert, [0, 2, 3, 5], scale=2.0)
+    gamma = 2
+
+    def two_rounds():
+        run = head_speculative(expert, head, prompt, max_new_tokens=gamma + 2, gamma=gamma, **warp)
+        return tuple(run.trace[0].emitted + run.trace[1].emitted)
+
+    outputs = exact_distribution(two_rounds, branching_draws=gamma + 2)
+    assert any(len(y) == gamma + 2 for y in outputs)  # both drafts accepted + the bonus token, on some paths
+    assert round_error(outputs, expert, prompt, gamma + 2, **warp) < 1e-6
+
+
+def test_a_head_saved_and_loaded_drafts_the_same(expert, prompt, tmp_path):
+    head = random_head(expert, [0, 2, 3, 5, 7, 11])
+    head.save(tmp_path)
+    loaded = load_head(expert, tmp_path)
+    assert torch.equal(loaded.vocab, head.vocab) and loaded.n_parameters == head.n_parameters
+    runs = [head_speculative(expert, h, prompt, max_new_tokens=20, gamma=3, temperature=0) for h in (head, loaded)]
+    assert [it.draft for it in runs[0].trace] == [it.draft for it in runs[1].trace]  # fp16 on disk: same argmaxes
+
+
+def test_a_head_refuses_another_expert(expert, prompt, tmp_path):
+    head = random_head(expert)
+    other = tiny_llama(3, layers=1)
+    with pytest.raises(ValueError, match="not attached to this expert"):
+        head_speculative(other, head, prompt, max_new_tokens=5)
+    with pytest.raises(ValueError, match="trained for another expert"):
+        head.attach(tiny_llama(4, vocab=8))
+    with pytest.raises(FileNotFoundError, match=r"python -m helpers\.train_head"):
+        load_head(expert, tmp_path)

@@ -1,0 +1,86 @@
+"""Training a draft head (helpers.train_head) end to end on toy sizes: a tiny random teacher, a word tokenizer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import word_prompts
+
+from helpers import distill, train_head
+from helpers.heads import DraftHead, load_head
+
+
+def toy_settings(**overrides) -> train_head.HeadSettings:
+    settings = train_head.HeadSettings(n_prompts=16, batch_size=4, max_new_tokens=6, top_k=3, greedy_every=2,
+                                       draft_vocab=6, epochs=3.0, train_batch=4, lr=1e-2, warmup=2, eval_prompts=2,
+                                       eval_tokens=5, eval_gamma=2, timing_repeats=2)
+    for name, value in overrides.items():
+        setattr(settings, name, value)
+    return settings
+
+
+@pytest.fixture(scope="module")
+def data(teacher, tokenizer, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("head")
+    settings = toy_settings()
+    shards = distill.generate(teacher, tokenizer, word_prompts(16), folder / "teacher", settings.teacher(),
+                              progress=False)
+    files = train_head.features(teacher, shards, folder / "work", progress=False)
+    return train_head.load_sequences(shards, files)
+
+
+def test_features_are_the_experts_last_hidden_states(teacher, data):
+    s = max(data, key=lambda s: len(s.tokens))
+    with torch.no_grad():
+        direct = teacher(s.tokens[None], output_hidden_states=True).hidden_states[-1][0]
+    torch.testing.assert_close(s.features.float(), direct, atol=2e-2, rtol=1e-2)  # stored in fp16
+
+
+def test_the_draft_vocabulary_holds_the_most_written_tokens_and_eos(data):
+    vocab = train_head.draft_vocabulary(data, 3, eos_token_id=1)
+    assert len(vocab) == 3 and 1 in vocab.tolist() and vocab.tolist() == sorted(vocab.tolist())
+    everything = train_head.draft_vocabulary(data, 100)
+    assert train_head.coverage(data, everything) == 1.0 > train_head.coverage(data, vocab)
+
+
+def test_training_lowers_the_loss_and_resumes(teacher, data, tmp_path):
+    settings = toy_settings()
+    head = DraftHead.for_expert(teacher, train_head.draft_vocabulary(data, 8), seed=0)
+    before, _ = train_head.head_loss(head, data, settings.cls_weight, 0.0)
+    log = train_head.train(head, data[2:], data[:2], tmp_path, settings, progress=False)
+    after, parts = train_head.head_loss(head, data, settings.cls_weight, 0.0)
+    assert after < before and 0 <= parts["top1"] <= 1
+    assert {"valid_loss", "valid_top1", "regression", "classification", "seconds"} <= log[-1].keys()
+    settings.epochs = 4.0  # a rerun with more epochs continues from the checkpoint
+    again = DraftHead.for_expert(teacher, train_head.draft_vocabulary(data, 8), seed=0)
+    log2 = train_head.train(again, data[2:], data[:2], tmp_path, settings, progress=False)
+    assert log2[:len(log)] == log and log2[-1]["step"] > log[-1]["step"]
+
+
+def test_pipeline_end_to_end_writes_a_loadable_head_and_its_card(teacher, tokenizer, tmp_path, one_thread):
+    prompt_file, eval_file = tmp_path / "train.txt", tmp_path / "eval.txt"
+    prompt_file.write_text("\n".join(word_prompts(16, seed=1)) + "\n")
+    eval_file.write_text("w1 w2 w3\nw4 w5\n")  # the timing step needs a prompt of 2 tokens or more
+    out = tmp_path / "head"
+    card = train_head.run(teacher, tokenizer, toy_settings(), work=tmp_path / "work", teacher=tmp_path / "teacher",
+                          out=out, prompts_file=prompt_file, eval_file=eval_file,
+                          command="python -m helpers.train_head --toy", progress=False)
+    q = card["quality"]
+    assert 0 <= q["alpha"] <= 1 and 0 <= q["agreement"] <= 1 and q["tokens_per_call"] >= 1
+    assert q["c"] > 0 and q["c_full_vocab"] > 0 and 0 < card["coverage_valid"] <= 1
+    assert json.loads((out / "card.json").read_text())["command"] == "python -m helpers.train_head --toy"
+    loaded = load_head(teacher, out)
+    assert torch.equal(loaded.vocab, card["head"].vocab)
+    with pytest.raises(ValueError, match="other settings"):
+        train_head.run(teacher, tokenizer, toy_settings(lr=1e-3), work=tmp_path / "work", teacher=tmp_path / "teacher",
+                       out=None, prompts_file=prompt_file, eval_file=eval_file, progress=False)
+
+
+def test_teacher_shards_refuse_other_data_settings(teacher, tokenizer, tmp_path):
+    settings = toy_settings()
+    distill.generate(teacher, tokenizer, word_prompts(4), tmp_path, settings.teacher(), progress=False)
+    with pytest.raises(ValueError, match="teacher data made with other settings"):
+        distill.generate(teacher, tokenizer, word_prompts(4), tmp_path, toy_settings(max_new_tokens=5).teacher(),
+                         progress=False)
