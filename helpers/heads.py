@@ -97,15 +97,18 @@ class DraftHead(torch.nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def forward(self, features: torch.Tensor, next_tokens: torch.Tensor, cache: DynamicCache | None = None,
-                start: int = 0) -> torch.Tensor:
+                start: int = 0, allowed: torch.Tensor | None = None) -> torch.Tensor:
         """Predicted features f̂_{t+1} for inputs (f_t, x_{t+1}) at positions start .. start + T - 1: ``features``
-        (B, T, d), ``next_tokens`` (B, T); causal attention over the cache (positions < start) and these."""
+        (B, T, d), ``next_tokens`` (B, T); causal attention over the cache (positions < start) and these.
+        ``allowed`` (T, cached + T), True where a query may attend to a key, replaces the causal mask (training-time
+        test, :func:`helpers.train_head.head_loss`, where the cache holds earlier passes over the same positions)."""
         if self.embedding is None:
             raise RuntimeError("attach the head to its expert first: head.attach(expert)")
         x = self.fc(torch.cat([torch.nn.functional.embedding(next_tokens, self.embedding), features], dim=-1))
         length = x.shape[1]
         positions = torch.arange(start, start + length, device=x.device)[None].expand(x.shape[0], -1)
-        allowed = torch.ones(length, start + length, dtype=torch.bool, device=x.device).tril(diagonal=start)
+        if allowed is None:
+            allowed = torch.ones(length, start + length, dtype=torch.bool, device=x.device).tril(diagonal=start)
         mask = torch.zeros(allowed.shape, dtype=x.dtype, device=x.device).masked_fill(~allowed,
                                                                                     torch.finfo(x.dtype).min)
         return self.layer(x, attention_mask=mask[None, None], position_ids=positions, past_key_values=cache,

@@ -12,6 +12,7 @@ Five resumable stages in a work folder (default ``output/head``), sharing the di
    from the expert's next-token distribution to the head's, both over V_draft (the expert's restricted to V_draft
    and renormalised, which is the best a draft limited to V_draft can do for α); the input features get uniform
    noise of ±``noise`` x their RMS (EAGLE-1: robustness to the head's own errors, which later draft steps read);
+   ``--steps`` > 1 also trains the later draft steps on the head's own predictions (EAGLE-3's training-time test);
 5. **evaluate + save** -- on held-out prompts (``data/prompts.txt``): α at temperature 1 and greedy agreement from
    :func:`helpers.heads.head_speculative`'s statistics, tokens per expert call, and c (one head draft step / one
    expert step, timed alternately) with the trimmed vocabulary and with the full one. The head, ``card.json`` and
@@ -63,6 +64,8 @@ class HeadSettings:
     lr: float = 1e-3
     warmup: int = 50
     cls_weight: float = 0.1
+    steps: int = 1
+    """Draft steps trained per position: 1 is EAGLE-1; more adds EAGLE-3's training-time test (:func:`head_loss`)."""
     noise: float = 0.05
     """Uniform noise of ±noise x RMS on the input features. EAGLE-1 adds U(-0.1, 0.1); the pocket expert's features
     have an RMS of about 1.8, so 0.05 x RMS is about the same amount."""
@@ -155,10 +158,26 @@ def coverage(sequences: Sequence[HeadExample], vocab: torch.Tensor) -> float:
 
 
 # ------------------------------------------------------------------------------------------- 4. train
+def unrolled_mask(length: int, step: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Training-time test: what the query of draft step ``step`` (>= 2) at position t may attend to, over the keys
+    of passes 1..step at positions 0..length-1 (one block per pass). In real drafting, step k at position t follows
+    a chain that started from the expert's true feature at position t - k + 1: it sees the true-feature keys up to
+    there (pass 1, j <= t - k + 1) and one key of each later step of its own chain (pass m: j = t - k + m)."""
+    t = torch.arange(length, device=device)[:, None]
+    j = torch.arange(length, device=device)[None, :]
+    blocks = [j <= t - step + 1] + [j == t - step + m for m in range(2, step + 1)]
+    return torch.cat(blocks, dim=1)
+
+
 def head_loss(head: DraftHead, batch: Sequence[HeadExample], cls_weight: float, noise: float,
-              generator: torch.Generator | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+              generator: torch.Generator | None = None, steps: int = 1) -> tuple[torch.Tensor, dict[str, float]]:
     """EAGLE-1's loss over every position t with a next feature: regression of f_{t+1} + ``cls_weight`` x the
-    cross-entropy from the expert's distribution over V_draft (renormalised) to the head's."""
+    cross-entropy from the expert's distribution over V_draft (renormalised) to the head's.
+
+    ``steps`` > 1 adds EAGLE-3's *training-time test*: the head is run again on its own predictions, as it is from
+    the second draft step on (input at position t: its prediction of f_t from the previous step), with the
+    attention of real drafting (:func:`unrolled_mask`), and every step's loss against the true f_{t+1} is averaged.
+    The parts report ``top1`` of step 1 and ``top1_last`` of the last step."""
     device = head.fc.weight.device
     dtype = head.fc.weight.dtype
     length = max(len(s.tokens) for s in batch) - 1
@@ -175,15 +194,25 @@ def head_loss(head: DraftHead, batch: Sequence[HeadExample], cls_weight: float, 
         rms = inputs.pow(2).mean().sqrt()
         uniform = torch.rand(inputs.shape, generator=generator, device=device, dtype=dtype) * 2 - 1
         inputs = inputs + uniform * noise * rms
-    predicted = head(inputs, tokens[:, 1:])[valid]
-    target = feats[:, 1:][valid]
-    regression = torch.nn.functional.smooth_l1_loss(predicted, target)
-    target_p = torch.softmax(head.logits(target).float(), dim=-1)
-    log_q = torch.log_softmax(head.logits(predicted).float(), dim=-1)
-    classification = -(target_p * log_q).sum(-1).mean()
-    top1 = (log_q.argmax(-1) == target_p.argmax(-1)).float().mean()
-    parts = {"regression": regression.item(), "classification": classification.item(), "top1": top1.item()}
-    return regression + cls_weight * classification, parts
+    cache = DynamicCache(config=head.config) if steps > 1 else None
+    predicted = head(inputs, tokens[:, 1:], cache)
+    total, parts = torch.zeros((), device=device), {}
+    for step in range(1, steps + 1):
+        if step > 1:  # the input at position t is the previous step's prediction of f_t (made at t - 1)
+            shifted = torch.cat([torch.zeros_like(predicted[:, :1]), predicted[:, :-1]], dim=1)
+            predicted = head(shifted, tokens[:, 1:], cache, allowed=unrolled_mask(length, step, device))
+        mine = valid & (torch.arange(length, device=device) >= step - 1)  # a chain that starts at position >= 0
+        target = feats[:, 1:][mine]
+        regression = torch.nn.functional.smooth_l1_loss(predicted[mine], target)
+        target_p = torch.softmax(head.logits(target).float(), dim=-1)
+        log_q = torch.log_softmax(head.logits(predicted[mine]).float(), dim=-1)
+        classification = -(target_p * log_q).sum(-1).mean()
+        total = total + (regression + cls_weight * classification) / steps
+        top1 = (log_q.argmax(-1) == target_p.argmax(-1)).float().mean().item()
+        if step == 1:
+            parts = {"regression": regression.item(), "classification": classification.item(), "top1": top1}
+        parts["top1_last"] = top1
+    return total, parts
 
 
 def train(head: DraftHead, sequences: Sequence[HeadExample], valid: Sequence[HeadExample], folder: Path,
@@ -193,7 +222,7 @@ def train(head: DraftHead, sequences: Sequence[HeadExample], valid: Sequence[Hea
     uninterrupted one)."""
     generator = torch.Generator(head.fc.weight.device).manual_seed(settings.seed)
     return fit(head, sequences,
-               lambda batch: head_loss(head, batch, settings.cls_weight, settings.noise, generator),
+               lambda batch: head_loss(head, batch, settings.cls_weight, settings.noise, generator, settings.steps),
                lambda: validate(head, valid, settings), folder, epochs=settings.epochs, batch=settings.train_batch,
                lr=settings.lr, warmup=settings.warmup, weight_decay=0.0, seed=settings.seed, desc="head trains",
                progress=progress)
@@ -205,12 +234,14 @@ def validate(head: DraftHead, valid: Sequence[HeadExample], settings: HeadSettin
     without noise."""
     was_training = head.training
     head.eval()
-    sums = {"loss": 0.0, "top1": 0.0}
+    sums = {"loss": 0.0, "top1": 0.0, "top1_last": 0.0}
     batches = range(0, len(valid), settings.train_batch)
     for i in batches:
-        loss, parts = head_loss(head, valid[i:i + settings.train_batch], settings.cls_weight, 0.0)
+        loss, parts = head_loss(head, valid[i:i + settings.train_batch], settings.cls_weight, 0.0,
+                                steps=settings.steps)
         sums["loss"] += float(loss)
         sums["top1"] += parts["top1"]
+        sums["top1_last"] += parts["top1_last"]
     head.train(was_training)
     return {key: value / max(1, len(batches)) for key, value in sums.items()}
 

@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 from conftest import word_prompts
+from transformers import DynamicCache
 
 from helpers import distill, train_head
 from helpers.heads import DraftHead, load_head
@@ -45,6 +46,27 @@ def test_the_draft_vocabulary_holds_the_most_written_tokens_and_eos(data):
     assert train_head.coverage(data, everything) == 1.0 > train_head.coverage(data, vocab)
 
 
+def test_the_unrolled_training_pass_is_what_drafting_computes(teacher):
+    """Training-time test: the second pass of head_loss at position t must equal the head's second draft step in
+    real drafting: the cache holds true-feature inputs up to t - 1, the input at t is the head's own f̂_t."""
+    torch.manual_seed(0)
+    head = DraftHead.for_expert(teacher, torch.arange(teacher.config.vocab_size)).eval()
+    length, d = 7, teacher.config.hidden_size
+    feats, tokens = torch.randn(1, length, d), torch.randint(0, teacher.config.vocab_size, (1, length + 1))
+    with torch.no_grad():
+        cache = DynamicCache(config=head.config)
+        first = head(feats, tokens[:, 1:], cache)
+        shifted = torch.cat([torch.zeros_like(first[:, :1]), first[:, :-1]], dim=1)
+        second = head(shifted, tokens[:, 1:], cache, allowed=train_head.unrolled_mask(length, 2))
+        for t in range(1, length):
+            drafting = DynamicCache(config=head.config)
+            step1 = head(feats[:, :t], tokens[:, 1:t + 1], drafting)[:, -1:]  # f̂_t, from the true f_{t-1}
+            step2 = head(step1, tokens[:, t + 1:t + 2], drafting, start=t)  # the second draft step, at t
+            torch.testing.assert_close(second[:, t], step2[:, 0], atol=1e-5, rtol=1e-4)
+    mask = train_head.unrolled_mask(4, 3)
+    assert mask.shape == (4, 12) and mask[3].nonzero().flatten().tolist() == [0, 1, 6, 11]
+
+
 def test_training_lowers_the_loss_and_resumes(teacher, data, tmp_path):
     settings = toy_settings()
     head = DraftHead.for_expert(teacher, train_head.draft_vocabulary(data, 8), seed=0)
@@ -52,7 +74,7 @@ def test_training_lowers_the_loss_and_resumes(teacher, data, tmp_path):
     log = train_head.train(head, data[2:], data[:2], tmp_path, settings, progress=False)
     after, parts = train_head.head_loss(head, data, settings.cls_weight, 0.0)
     assert after < before and 0 <= parts["top1"] <= 1
-    assert {"valid_loss", "valid_top1", "regression", "classification", "seconds"} <= log[-1].keys()
+    assert {"valid_loss", "valid_top1", "valid_top1_last", "regression", "classification", "seconds"} <= log[-1].keys()
     settings.epochs = 4.0  # a rerun with more epochs continues from the checkpoint
     again = DraftHead.for_expert(teacher, train_head.draft_vocabulary(data, 8), seed=0)
     log2 = train_head.train(again, data[2:], data[:2], tmp_path, settings, progress=False)
