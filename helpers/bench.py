@@ -10,6 +10,8 @@ For every prompt, round after round (:func:`helpers.timing.interleaved`), each c
 * ``naive_nocache`` -- our naive without a cache, the source article's (unfair) baseline;
 * ``hf_greedy`` -- ``expert.generate`` (greedy at temperature 0, else plain sampling);
 * ``speculative_gN`` -- our :func:`~helpers.decoding.speculative` with γ = N;
+* ``speculative_dynamic_gN`` (not by default) -- the same with a dynamic draft length: at most N tokens, the
+  amateur stops after a token it gives less than ``confidence_threshold`` (0.4, transformers' starting value);
 * ``hf_assisted_gN`` -- ``expert.generate(assistant_model=amateur)`` drafting exactly γ = N tokens per round;
 * ``self_draft_gN`` (not by default) -- our speculative with an fp16 copy of the expert as the draft
   (:func:`helpers.models.self_draft`), γ = N;
@@ -75,6 +77,7 @@ LABELS = {
     "naive_nocache": "ours: naive, no cache (article)",
     "hf_greedy": "HF generate",
     "speculative": "ours: speculative",
+    "speculative_dynamic": "ours: speculative, dynamic length",
     "hf_assisted": "HF assisted generation",
     "self_draft": "ours: speculative, fp16 self-draft",
     "prompt_lookup": "ours: prompt lookup",
@@ -82,9 +85,9 @@ LABELS = {
 METHODS = tuple(LABELS)
 """Every method the benchmark can time, in the order they run within a round."""
 DEFAULT_METHODS = ("naive", "naive_nocache", "hf_greedy", "speculative", "hf_assisted")
-DRAFTING = ("speculative", "hf_assisted", "self_draft", "prompt_lookup")
+DRAFTING = ("speculative", "speculative_dynamic", "hf_assisted", "self_draft", "prompt_lookup")
 """Methods that draft: one configuration per γ."""
-OURS_DRAFTING = ("speculative", "self_draft", "prompt_lookup")
+OURS_DRAFTING = ("speculative", "speculative_dynamic", "self_draft", "prompt_lookup")
 """Our drafting methods: their Stats give α, the acceptance rate and tokens per expert call."""
 
 Prompt = str | torch.Tensor
@@ -234,7 +237,8 @@ def _configurations(gammas: Sequence[int], methods: Sequence[str]) -> list[tuple
 # ------------------------------------------------------------------------------------------ benchmark
 def _runners(pair: Pair, input_ids: torch.Tensor, configs: Sequence[tuple[str, str, int | None]], n: int,
              temperature: float, seed: int, outputs: dict[str, list],
-             self_drafter: PreTrainedModel | None) -> dict[str, Callable[[], object]]:
+             self_drafter: PreTrainedModel | None,
+             confidence_threshold: float = 0.4) -> dict[str, Callable[[], object]]:
     """One zero-argument function per configuration; each appends its output to ``outputs[name]``."""
     expert, amateur, device = pair.expert, pair.amateur, input_ids.device
     mask = torch.ones_like(input_ids)
@@ -248,6 +252,8 @@ def _runners(pair: Pair, input_ids: torch.Tensor, configs: Sequence[tuple[str, s
         "naive": lambda _: naive(expert, input_ids, generator=generator(), **common),
         "naive_nocache": lambda _: naive(expert, input_ids, use_cache=False, generator=generator(), **common),
         "speculative": lambda g: speculative(expert, amateur, input_ids, gamma=g, generator=generator(), **common),
+        "speculative_dynamic": lambda g: speculative(expert, amateur, input_ids, gamma=g, generator=generator(),
+                                                     confidence_threshold=confidence_threshold, **common),
         "self_draft": lambda g: speculative(expert, self_drafter, input_ids, gamma=g, generator=generator(),
                                             **common),
         "prompt_lookup": lambda g: prompt_lookup(expert, input_ids, gamma=g, generator=generator(), **common),
@@ -280,12 +286,14 @@ def _tokens(output: Generation | list[int]) -> list[int]:
 
 def run_benchmark(pair: Pair, prompts: Sequence[Prompt], gammas: Sequence[int], repeats: int = 3,
                   max_new_tokens: int = 48, temperature: float = 0.0, seed: int = 0,
-                  progress: bool = True, methods: Sequence[str] | None = None) -> dict:
+                  progress: bool = True, methods: Sequence[str] | None = None,
+                  confidence_threshold: float = 0.4) -> dict:
     """Time every configuration on every prompt (interleaved) and return a JSON-ready dict.
 
     Prompts are text (encoded with ``pair.encode``) or (1, T) LongTensors. Per-token time = run time / N.
     Ratios and speedups are computed per round from the interleaved runs, then the median is taken.
     ``methods``: names from :data:`METHODS` (default :data:`DEFAULT_METHODS`; naive always runs).
+    ``confidence_threshold``: the dynamic draft length of ``speculative_dynamic``.
     """
     gammas = list(gammas)
     methods = check_methods(methods)
@@ -320,14 +328,15 @@ def run_benchmark(pair: Pair, prompts: Sequence[Prompt], gammas: Sequence[int], 
     with quiet_transformers():
         bar.set_postfix_str("warm-up")
         warm = _runners(pair, encoded[0], configs, warmup_tokens(gammas, n), temperature, seed,
-                        {name: [] for name in names}, self_drafter)
+                        {name: [] for name in names}, self_drafter, confidence_threshold)
         interleaved(warm, repeats=1, warmup=0, on_run=lambda _name: bar.update())
         bar.set_postfix_str("cost ratios")
         c, r = cost_ratios(pair.expert, pair.amateur, encoded[0], gammas, COST_ROUNDS_PER_REPEAT * repeats)
         for index, input_ids in enumerate(encoded):
             bar.set_postfix_str(f"prompt {index + 1}/{len(encoded)}")
             outputs: dict[str, list] = {name: [] for name in names}
-            fns = _runners(pair, input_ids, configs, n, temperature, seed, outputs, self_drafter)
+            fns = _runners(pair, input_ids, configs, n, temperature, seed, outputs, self_drafter,
+                           confidence_threshold)
             times = interleaved(fns, repeats, warmup=0, on_run=lambda _name: bar.update())
             for name in names:
                 speedups[name].append([])
@@ -391,6 +400,7 @@ def run_benchmark(pair: Pair, prompts: Sequence[Prompt], gammas: Sequence[int], 
             "prompts": [p if isinstance(p, str) else p[0].tolist() for p in prompts],
             "gammas": gammas, "methods": methods, "repeats": repeats, "warmup_tokens": warmup_tokens(gammas, n),
             "max_new_tokens": n, "temperature": temperature, "seed": seed,
+            "confidence_threshold": confidence_threshold,
             "hf_assistant": {"num_assistant_tokens": "gamma", "num_assistant_tokens_schedule": "constant",
                              "assistant_confidence_threshold": 0.0, "assistant_eos_token_id": None},
         },
@@ -519,6 +529,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--n-prompts", type=int, default=None,
                         help=f"use only the first N prompts of the file (default all; --quick: {QUICK['prompts']})")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--confidence", type=float, default=0.4,
+                        help="speculative_dynamic: stop a draft after a token the amateur gives less (default 0.4)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     preset = QUICK if args.quick else DEFAULTS
@@ -544,7 +556,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         prompts = list(read_prompts(args.prompts, args.n_prompts))
     result = run_benchmark(pair, prompts, args.gammas, repeats=args.repeats, max_new_tokens=args.max_new_tokens,
                            temperature=args.temperature, seed=args.seed, progress=not args.no_progress,
-                           methods=args.methods)
+                           methods=args.methods, confidence_threshold=args.confidence)
     result["command"] = shlex.join(["python", "-m", "helpers.bench", *argv])
     path = write_json(result, args.out)
     print(markdown_table(result))

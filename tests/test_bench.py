@@ -138,15 +138,19 @@ def test_refuses_bad_arguments(pair):
 # ------------------------------------------------------------------------------- prompt lookup, self-draft
 @pytest.fixture(scope="module")
 def new_methods(pair) -> dict:
-    """Prompt lookup and the fp16 self-draft next to the baseline (run even when not asked for)."""
+    """Prompt lookup, the fp16 self-draft and the dynamic draft length next to the baseline (run even when not
+    asked for)."""
     return run_benchmark(pair, PROMPTS, GAMMAS, repeats=1, max_new_tokens=N, temperature=0.0, seed=0,
-                         progress=False, methods=["prompt-lookup", "self_draft"])
+                         progress=False, methods=["prompt-lookup", "self_draft", "speculative-dynamic"],
+                         confidence_threshold=0.5)
 
 
 def test_chosen_methods_only_and_naive_always(new_methods):
     names = [row["name"] for row in new_methods["configurations"]]
-    assert names == ["naive", "self_draft_g1", "prompt_lookup_g1", "self_draft_g3", "prompt_lookup_g3"]
-    assert new_methods["settings"]["methods"] == ["naive", "self_draft", "prompt_lookup"]
+    assert names == ["naive", "speculative_dynamic_g1", "self_draft_g1", "prompt_lookup_g1",
+                     "speculative_dynamic_g3", "self_draft_g3", "prompt_lookup_g3"]
+    assert new_methods["settings"]["methods"] == ["naive", "speculative_dynamic", "self_draft", "prompt_lookup"]
+    assert new_methods["settings"]["confidence_threshold"] == 0.5
     assert new_methods["ratios"]["ours_naive_over_hf_greedy"] is None
     assert new_methods["ratios"]["ours_speculative_over_hf_assisted"] == {}
 
