@@ -13,17 +13,22 @@ For every prompt, round after round (:func:`helpers.timing.interleaved`), each c
 * ``speculative_dynamic_gN`` (not by default) -- the same with a dynamic draft length: at most N tokens, the
   amateur stops after a token it gives less than ``confidence_threshold`` (0.4, transformers' starting value);
 * ``hf_assisted_gN`` -- ``expert.generate(assistant_model=amateur)`` drafting exactly γ = N tokens per round;
+* ``hf_assisted_default`` (not by default) -- the same under transformers' own default schedule (up to 20
+  tokens, a draft ends when the amateur's confidence drops below a threshold that starts at 0.4 and adapts);
 * ``self_draft_gN`` (not by default) -- our speculative with an fp16 copy of the expert as the draft
   (:func:`helpers.models.self_draft`), γ = N;
 * ``prompt_lookup_gN`` (not by default) -- our :func:`~helpers.decoding.prompt_lookup`, drafts of up to N tokens
-  copied from the context.
+  copied from the context;
+* ``head_gN`` (not by default) -- :func:`~helpers.heads.head_speculative` with the committed draft head
+  (notebook 07), γ = N.
 
 ``--methods`` (``methods=``) chooses among them (:data:`METHODS`); ``naive``, the baseline, always runs.
 
 Every configuration first runs once, untimed, with a few tokens (warm-up). At temperature 0 (the default) all
-of them produce the same text, so only the time differs. The result also
-holds the cost ratios c and r(γ) (:func:`helpers.timing.cost_ratios`), α, and the predicted speedup
-E[tokens] / (γ·c + r) next to the measured one.
+of them produce the same text, so only the time differs. The result also holds each drafter's cost ratio c and
+the verification costs r(d) (:func:`helpers.timing.drafter_costs`), α, and two speedups next to the measured one:
+E[tokens] / (γ·c + r(γ)) from α (constant γ), and n / Σ_rounds (d·c + r(d)) from the counted draft lengths
+(:func:`helpers.timing.speedup_from_counts`, every drafter of ours).
 """
 
 from __future__ import annotations
@@ -52,14 +57,18 @@ from transformers.utils import logging as hf_logging
 from helpers.compare import median_interval
 from helpers.data import ARTICLE_PROMPTS, grounded_tasks, read_prompts
 from helpers.decoding import Generation, naive, prompt_lookup, speculative
+from helpers.decoding.lookup import lookup_draft
+from helpers.heads import DraftHead, HeadStep, head_speculative, load_head
 from helpers.models import Pair, load_pair, self_draft
 from helpers.timing import (
-    cost_ratios,
+    ForwardStep,
+    drafter_costs,
     expected_tokens,
     interleaved,
     load_warning,
     median,
     predicted_speedup,
+    speedup_from_counts,
     summarize,
 )
 
@@ -81,14 +90,22 @@ LABELS = {
     "hf_assisted": "HF assisted generation",
     "self_draft": "ours: speculative, fp16 self-draft",
     "prompt_lookup": "ours: prompt lookup",
+    "head": "ours: draft head (EAGLE-style)",
+    "hf_assisted_default": "HF assisted generation, default schedule",
 }
 METHODS = tuple(LABELS)
 """Every method the benchmark can time, in the order they run within a round."""
 DEFAULT_METHODS = ("naive", "naive_nocache", "hf_greedy", "speculative", "hf_assisted")
-DRAFTING = ("speculative", "speculative_dynamic", "hf_assisted", "self_draft", "prompt_lookup")
+DRAFTING = ("speculative", "speculative_dynamic", "hf_assisted", "self_draft", "prompt_lookup", "head")
 """Methods that draft: one configuration per γ."""
-OURS_DRAFTING = ("speculative", "speculative_dynamic", "self_draft", "prompt_lookup")
+OURS_DRAFTING = ("speculative", "speculative_dynamic", "self_draft", "prompt_lookup", "head")
 """Our drafting methods: their Stats give α, the acceptance rate and tokens per expert call."""
+CONSTANT_GAMMA = ("speculative", "self_draft", "head")
+"""Drafting methods that always draft γ tokens (the head: from its second round on), where α predicts the speed."""
+DRAFTER = {"speculative": "amateur", "speculative_dynamic": "amateur", "hf_assisted": "amateur",
+           "hf_assisted_default": "amateur", "self_draft": "self_draft", "prompt_lookup": "prompt_lookup",
+           "head": "head"}
+"""The drafter each method uses, the key of its cost ratio c in ``result["cost"]["c_by_drafter"]``."""
 
 Prompt = str | torch.Tensor
 """A prompt as text (encoded with the pair's tokenizer) or already encoded as a (1, T) LongTensor."""
@@ -237,7 +254,7 @@ def _configurations(gammas: Sequence[int], methods: Sequence[str]) -> list[tuple
 # ------------------------------------------------------------------------------------------ benchmark
 def _runners(pair: Pair, input_ids: torch.Tensor, configs: Sequence[tuple[str, str, int | None]], n: int,
              temperature: float, seed: int, outputs: dict[str, list],
-             self_drafter: PreTrainedModel | None,
+             self_drafter: PreTrainedModel | None, head: DraftHead | None = None,
              confidence_threshold: float = 0.4) -> dict[str, Callable[[], object]]:
     """One zero-argument function per configuration; each appends its output to ``outputs[name]``."""
     expert, amateur, device = pair.expert, pair.amateur, input_ids.device
@@ -257,6 +274,7 @@ def _runners(pair: Pair, input_ids: torch.Tensor, configs: Sequence[tuple[str, s
         "self_draft": lambda g: speculative(expert, self_drafter, input_ids, gamma=g, generator=generator(),
                                             **common),
         "prompt_lookup": lambda g: prompt_lookup(expert, input_ids, gamma=g, generator=generator(), **common),
+        "head": lambda g: head_speculative(expert, head, input_ids, gamma=g, generator=generator(), **common),
     }
 
     def mine(name: str, method: str, gamma: int | None) -> Callable[[], None]:
@@ -267,8 +285,10 @@ def _runners(pair: Pair, input_ids: torch.Tensor, configs: Sequence[tuple[str, s
     def theirs(name: str, gamma: int | None) -> Callable[[], None]:
         def run() -> None:
             torch.manual_seed(seed)
-            if gamma is None:
+            if name == "hf_greedy":
                 out = expert.generate(input_ids, attention_mask=mask, **hf)
+            elif name == "hf_assisted_default":  # transformers' own schedule, as a user gets it
+                out = expert.generate(input_ids, attention_mask=mask, assistant_model=amateur, **hf)
             else:
                 with assistant_drafts(amateur, gamma):
                     out = expert.generate(input_ids, attention_mask=mask, assistant_model=amateur, **hf)
@@ -280,6 +300,20 @@ def _runners(pair: Pair, input_ids: torch.Tensor, configs: Sequence[tuple[str, s
             for name, method, gamma in configs}
 
 
+def _drafter_steps(pair: Pair, input_ids: torch.Tensor, methods: Sequence[str],
+                   self_drafter: PreTrainedModel | None, head: DraftHead | None) -> dict[str, Callable[[], object]]:
+    """One draft step of every drafter the methods use (the amateur always: ``c`` of the result), to time for c."""
+    steps: dict[str, Callable[[], object]] = {"amateur": ForwardStep(pair.amateur, input_ids, 1)}
+    if self_drafter is not None:
+        steps["self_draft"] = ForwardStep(self_drafter, input_ids, 1)
+    if head is not None:
+        steps["head"] = HeadStep(head, pair.expert, input_ids)
+    if "prompt_lookup" in methods:
+        context = input_ids[0].tolist()
+        steps["prompt_lookup"] = lambda: lookup_draft(context, 1)
+    return steps
+
+
 def _tokens(output: Generation | list[int]) -> list[int]:
     return output.new_token_ids if isinstance(output, Generation) else output
 
@@ -287,13 +321,14 @@ def _tokens(output: Generation | list[int]) -> list[int]:
 def run_benchmark(pair: Pair, prompts: Sequence[Prompt], gammas: Sequence[int], repeats: int = 3,
                   max_new_tokens: int = 48, temperature: float = 0.0, seed: int = 0,
                   progress: bool = True, methods: Sequence[str] | None = None,
-                  confidence_threshold: float = 0.4) -> dict:
+                  confidence_threshold: float = 0.4, head: DraftHead | None = None) -> dict:
     """Time every configuration on every prompt (interleaved) and return a JSON-ready dict.
 
     Prompts are text (encoded with ``pair.encode``) or (1, T) LongTensors. Per-token time = run time / N.
     Ratios and speedups are computed per round from the interleaved runs, then the median is taken.
     ``methods``: names from :data:`METHODS` (default :data:`DEFAULT_METHODS`; naive always runs).
-    ``confidence_threshold``: the dynamic draft length of ``speculative_dynamic``.
+    ``confidence_threshold``: the dynamic draft length of ``speculative_dynamic``. ``head``: the draft head of
+    method ``head`` (default: the committed one, :func:`helpers.heads.load_head`).
     """
     gammas = list(gammas)
     methods = check_methods(methods)
@@ -314,6 +349,8 @@ def run_benchmark(pair: Pair, prompts: Sequence[Prompt], gammas: Sequence[int], 
     configs = _configurations(gammas, methods)
     names = [name for name, _, _ in configs]
     self_drafter = self_draft(pair.expert) if "self_draft" in methods else None
+    if "head" in methods and head is None:
+        head = load_head(pair.expert)
     compare_spec = {"speculative", "hf_assisted"} <= set(methods)
     per_token: dict[str, list[float]] = {name: [] for name in names}
     speedups: dict[str, list[list[float]]] = {name: [] for name in names}  # per prompt: one ratio per round
@@ -328,14 +365,17 @@ def run_benchmark(pair: Pair, prompts: Sequence[Prompt], gammas: Sequence[int], 
     with quiet_transformers():
         bar.set_postfix_str("warm-up")
         warm = _runners(pair, encoded[0], configs, warmup_tokens(gammas, n), temperature, seed,
-                        {name: [] for name in names}, self_drafter, confidence_threshold)
+                        {name: [] for name in names}, self_drafter, head, confidence_threshold)
         interleaved(warm, repeats=1, warmup=0, on_run=lambda _name: bar.update())
         bar.set_postfix_str("cost ratios")
-        c, r = cost_ratios(pair.expert, pair.amateur, encoded[0], gammas, COST_ROUNDS_PER_REPEAT * repeats)
+        c_by, r_by_length = drafter_costs(pair.expert, encoded[0],
+                                          _drafter_steps(pair, encoded[0], methods, self_drafter, head),
+                                          range(1, max(gammas) + 1), COST_ROUNDS_PER_REPEAT * repeats)
+        c, r = c_by["amateur"], {gamma: r_by_length[gamma] for gamma in gammas}
         for index, input_ids in enumerate(encoded):
             bar.set_postfix_str(f"prompt {index + 1}/{len(encoded)}")
             outputs: dict[str, list] = {name: [] for name in names}
-            fns = _runners(pair, input_ids, configs, n, temperature, seed, outputs, self_drafter,
+            fns = _runners(pair, input_ids, configs, n, temperature, seed, outputs, self_drafter, head,
                            confidence_threshold)
             times = interleaved(fns, repeats, warmup=0, on_run=lambda _name: bar.update())
             for name in names:
@@ -376,18 +416,24 @@ def run_benchmark(pair: Pair, prompts: Sequence[Prompt], gammas: Sequence[int], 
                      "same_text_as_naive": sum(same_text[name]) / len(same_text[name]),
                      "speedup_vs_naive": median([x for per_prompt in speedups[name] for x in per_prompt]),
                      "speedup_interval": (median_interval(speedups[name]) if len(speedups[name]) > 1 else None)}
+        if method in DRAFTER:
+            row["c"] = c_by[DRAFTER[method]]
         if method in OURS_DRAFTING:
             row.update(_pooled_stats(drafted[name]))
-        if method == "speculative":
+            row["r"] = r[gamma]
+            lengths_drafted = [len(it.draft) for g in drafted[name] for it in g.trace]
+            row["explained_from_counts"] = speedup_from_counts(
+                lengths_drafted, sum(len(g.new_token_ids) for g in drafted[name]), row["c"], r_by_length)
+        if method in CONSTANT_GAMMA:
             alpha = row["alpha"]
             row.update({
-                "r": r[gamma],
                 "expected_tokens_per_call": expected_tokens(alpha, gamma) if not math.isnan(alpha) else math.nan,
-                "predicted_speedup": (predicted_speedup(alpha, gamma, c, r[gamma])
+                "predicted_speedup": (predicted_speedup(alpha, gamma, row["c"], r[gamma])
                                       if not math.isnan(alpha) else math.nan),
-                "predicted_speedup_t1": (predicted_speedup(alpha_t1, gamma, c, r[gamma])
-                                         if not math.isnan(alpha_t1) else math.nan),
             })
+        if method == "speculative":
+            row["predicted_speedup_t1"] = (predicted_speedup(alpha_t1, gamma, c, r[gamma])
+                                           if not math.isnan(alpha_t1) else math.nan)
         configurations.append(row)
 
     return {
@@ -404,9 +450,12 @@ def run_benchmark(pair: Pair, prompts: Sequence[Prompt], gammas: Sequence[int], 
             "hf_assistant": {"num_assistant_tokens": "gamma", "num_assistant_tokens_schedule": "constant",
                              "assistant_confidence_threshold": 0.0, "assistant_eos_token_id": None},
         },
-        "cost": {"c": c, "r": r, "rounds": COST_ROUNDS_PER_REPEAT * repeats,
-                 "note": "c = amateur 1-token step / expert 1-token step; r(γ) = expert forward over γ+1 "
-                         "tokens / expert 1-token step (KV-cached, interleaved, median of per-round ratios)"},
+        "cost": {"c": c, "r": r, "c_by_drafter": c_by, "r_by_draft_length": r_by_length,
+                 "rounds": COST_ROUNDS_PER_REPEAT * repeats,
+                 "note": "c = drafter's 1-token step / expert 1-token step (c is the amateur's; c_by_drafter "
+                         "every drafter's; prompt_lookup: one n-gram lookup); r(γ) = expert forward over γ+1 "
+                         "tokens / expert 1-token step (KV-cached, interleaved, median of per-round ratios); "
+                         "r_by_draft_length: r(d) for every d up to max γ, r(0) = 1"},
         "alpha_t1": {"alpha": alpha_t1, "gamma": t1_gamma, "n_positions": t1["n_positions"],
                      "note": "mean β of one temperature-1 speculative run per prompt; the timed runs' α is "
                              "at the timed temperature (at T=0: greedy 0/1 agreement)"},
@@ -433,18 +482,27 @@ def _interval(row: dict) -> str:
 
 
 def markdown_table(result: dict) -> str:
-    """The result as a Markdown table plus a few lines with c, r, α at T=1 and the ours/HF ratios."""
+    """The result as a Markdown table plus a few lines with c, r, α at T=1 and the ours/HF ratios. Results with
+    every drafter's c (``cost.c_by_drafter``) get the columns c, r and "from counts"
+    (:func:`helpers.timing.speedup_from_counts`)."""
+    per_drafter = "c_by_drafter" in result["cost"]
+    extra_head, extra_rule = (" c | r | from counts |", "---:|---:|---:|") if per_drafter else ("", "")
     lines = ["| configuration | γ | ms/token median | min–max | speedup vs naive [95 % CI] | explained | α | "
-             "drafts kept | tokens/expert call | same text |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             f"drafts kept | tokens/expert call |{extra_head} same text |",
+             f"|---|---:|---:|---:|---:|---:|---:|---:|---:|{extra_rule}---:|"]
     for row in result["configurations"]:
         t = row["per_token_s"]
+        extra = ""
+        if per_drafter:
+            counts = row.get("explained_from_counts")
+            extra = (f" {_fmt(row.get('c'), '.3f')} | {_fmt(row.get('r'))} | "
+                     f"{_fmt(counts)}{'×' if counts is not None else ''} |")
         lines.append(
             f"| {row['label']} | {row['gamma'] or ''} | {t['median'] * 1e3:.1f} | "
             f"{t['min'] * 1e3:.1f}–{t['max'] * 1e3:.1f} | {_fmt(row['speedup_vs_naive'])}×{_interval(row)} | "
             f"{_fmt(row.get('predicted_speedup'))}{'×' if 'predicted_speedup' in row else ''} | "
             f"{_fmt(row.get('alpha'))} | {_fmt(row.get('share_kept', row.get('acceptance_rate')))} | "
-            f"{_fmt(row.get('tokens_per_expert_call'))} | "
+            f"{_fmt(row.get('tokens_per_expert_call'))} |{extra} "
             f"{row['same_text_as_naive']:.0%} |")
     cost, settings, ratios = result["cost"], result["settings"], result["ratios"]
     r = ", ".join(f"r({g})={_fmt(v)}" for g, v in cost["r"].items())
@@ -456,6 +514,9 @@ def markdown_table(result: dict) -> str:
         f"- cost ratios of the pair's amateur ({settings['amateur']}): c={_fmt(cost['c'], '.3f')}, {r}; "
         f"explained = E[tokens]/(γ·c + r(γ)) with α = {result['alpha_source']} (the same run's α: an "
         "explanation of the measurement, not a prediction from held-out data)",
+        *(["- every drafter's c: " + ", ".join(f"{k} {_fmt(v, '.3f')}" for k, v in cost["c_by_drafter"].items())
+           + "; from counts = n / Σ_rounds (d·c + r(d)) over the counted draft lengths d, r(0) = 1"]
+          if per_drafter else []),
         f"- α of the pair's amateur at temperature 1 (one sampled speculative run per prompt, γ={t1['gamma']}): "
         f"{_fmt(t1['alpha'], '.3f')}",
         f"- time ours/HF: naive/greedy {_fmt(ratios['ours_naive_over_hf_greedy'])}; "
@@ -510,8 +571,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help=f"methods to time, a comma list (e.g. prompt-lookup,self-draft; hyphens or "
                              f"underscores) from: {', '.join(METHODS)}. Default: {', '.join(DEFAULT_METHODS)}. "
                              "naive, the baseline, always runs; the drafting methods run once per γ")
-    parser.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS,
-                        help="text file, one prompt per line (default data/article_prompts.txt in the repository)")
+    parser.add_argument("--prompts", type=Path, nargs="+", default=[DEFAULT_PROMPTS],
+                        help="text file(s), one prompt per line, read in order (default data/article_prompts.txt "
+                             "in the repository; notebook 07: data/article_prompts.txt data/prompts.txt)")
     parser.add_argument("--grounded", action="store_true",
                         help="instead of --prompts: notebook 06's input-grounded tasks (summarise, quote, edit the "
                              "passage in data/passage.txt) as chat turns, where prompt lookup drafts well")
@@ -549,11 +611,15 @@ def main(argv: Sequence[str] | None = None) -> dict:
     """Parse the options, load the pair, run the benchmark, write the JSON and print the table."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    pair = load_pair(args.pair, amateur=args.amateur)
     if args.grounded:
-        prompts: list[Prompt] = [pair.encode_chat(task) for task in list(grounded_tasks().values())[:args.n_prompts]]
+        texts = list(grounded_tasks().values())
     else:
-        prompts = list(read_prompts(args.prompts, args.n_prompts))
+        texts = [prompt for path in args.prompts for prompt in read_prompts(path)]
+    if args.n_prompts is not None and not 1 <= args.n_prompts <= len(texts):
+        raise SystemExit(f"--n-prompts {args.n_prompts}: there are {len(texts)} prompts, use 1..{len(texts)}")
+    pair = load_pair(args.pair, amateur=args.amateur)
+    encode = pair.encode_chat if args.grounded else (lambda text: text)
+    prompts: list[Prompt] = [encode(text) for text in texts[:args.n_prompts]]
     result = run_benchmark(pair, prompts, args.gammas, repeats=args.repeats, max_new_tokens=args.max_new_tokens,
                            temperature=args.temperature, seed=args.seed, progress=not args.no_progress,
                            methods=args.methods, confidence_threshold=args.confidence)

@@ -97,16 +97,21 @@ class DraftHead(torch.nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def forward(self, features: torch.Tensor, next_tokens: torch.Tensor, cache: DynamicCache | None = None,
-                start: int = 0, allowed: torch.Tensor | None = None) -> torch.Tensor:
+                start: int = 0, allowed: torch.Tensor | None = None,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
         """Predicted features f̂_{t+1} for inputs (f_t, x_{t+1}) at positions start .. start + T - 1: ``features``
         (B, T, d), ``next_tokens`` (B, T); causal attention over the cache (positions < start) and these.
         ``allowed`` (T, cached + T), True where a query may attend to a key, replaces the causal mask (training-time
-        test, :func:`helpers.train_head.head_loss`, where the cache holds earlier passes over the same positions)."""
+        test, :func:`helpers.train_head.head_loss`, where the cache holds earlier passes over the same positions;
+        draft trees, :mod:`helpers.trees`, where it is the tree's attention mask). ``positions`` (T,) replaces
+        start .. start + T - 1 (a tree's siblings share a position)."""
         if self.embedding is None:
             raise RuntimeError("attach the head to its expert first: head.attach(expert)")
         x = self.fc(torch.cat([torch.nn.functional.embedding(next_tokens, self.embedding), features], dim=-1))
         length = x.shape[1]
-        positions = torch.arange(start, start + length, device=x.device)[None].expand(x.shape[0], -1)
+        if positions is None:
+            positions = torch.arange(start, start + length, device=x.device)
+        positions = positions[None].expand(x.shape[0], -1)
         if allowed is None:
             allowed = torch.ones(length, start + length, dtype=torch.bool, device=x.device).tril(diagonal=start)
         mask = torch.zeros(allowed.shape, dtype=x.dtype, device=x.device).masked_fill(~allowed,
@@ -211,3 +216,27 @@ def head_speculative(expert: PreTrainedModel, head: DraftHead, input_ids: torch.
                               top_k=top_k, top_p=top_p, generator=generator, eos=_eos_set(eos_token_id))
     result.stats.amateur_calls = drafter.calls
     return result
+
+
+class HeadStep:
+    """One draft step of a head, timed like :class:`helpers.timing.ForwardStep`: one input position through the
+    head and its readout, on a cache that holds the prompt (the cost that c compares with an expert step)."""
+
+    def __init__(self, head: DraftHead, expert: PreTrainedModel, input_ids: torch.Tensor) -> None:
+        if input_ids.shape[1] < 2:
+            raise ValueError("timing a head step needs a prompt of at least 2 tokens")
+        self.head = head
+        with torch.no_grad():
+            self.features = expert(input_ids, output_hidden_states=True).hidden_states[-1]
+        self.tokens = input_ids
+        self.cache = DynamicCache(config=head.config)
+        if input_ids.shape[1] > 2:
+            with torch.no_grad():
+                head(self.features[:, :-2], self.tokens[:, 1:-1], self.cache)
+
+    @torch.no_grad()
+    def __call__(self) -> None:
+        length = self.tokens.shape[1]
+        predicted = self.head(self.features[:, -2:-1], self.tokens[:, -1:], self.cache, start=length - 2)
+        self.head.logits(predicted[0, -1])
+        self.cache.crop(-1)

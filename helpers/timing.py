@@ -3,11 +3,12 @@
 * :func:`interleaved` -- time several functions round-robin, so that slow drifts of the machine (turbo clocks,
   another process) hit every method alike; :func:`paired_ratios` compares two of them round by round, and
   :func:`load_warning` says when the machine is too busy to time anything.
-* :func:`step_time` / :func:`cost_ratios` / :func:`forward_costs` -- the cost of one KV-cached forward pass, and
-  the two ratios that predict speculative decoding's speed on a CPU: c = draft step / expert step and r(γ) =
-  expert forward over γ+1 tokens / expert step.
+* :func:`step_time` / :func:`cost_ratios` / :func:`drafter_costs` / :func:`forward_costs` -- the cost of one
+  KV-cached forward pass, and the two ratios that predict speculative decoding's speed on a CPU: c = draft step /
+  expert step and r(γ) = expert forward over γ+1 tokens / expert step.
 * :func:`expected_tokens` / :func:`predicted_speedup` / :func:`best_gamma` -- Leviathan et al. 2023, Eq. 1 and
-  Thm 3.8, with the verification cost r(γ) instead of the paper's "verifying is free" (r = 1).
+  Thm 3.8, with the verification cost r(γ) instead of the paper's "verifying is free" (r = 1);
+  :func:`speedup_from_counts` -- the same cost model fed with a run's counted draft lengths.
 """
 
 from __future__ import annotations
@@ -158,12 +159,26 @@ def cost_ratios(expert: PreTrainedModel, amateur: PreTrainedModel, input_ids: to
                 gammas: Sequence[int], repeats: int) -> tuple[float, dict[int, float]]:
     """``(c, {γ: r})``: c = amateur 1-token step / expert 1-token step, r(γ) = expert forward over γ+1 tokens /
     expert 1-token step. All passes are interleaved; each ratio is the median of its per-round ratios."""
-    steps: dict[str, Callable[[], object]] = {"expert": ForwardStep(expert, input_ids, 1),
-                                              "amateur": ForwardStep(amateur, input_ids, 1)}
-    for gamma in gammas:
-        steps[f"verify{gamma}"] = ForwardStep(expert, input_ids, gamma + 1)
+    c, r = drafter_costs(expert, input_ids, {"amateur": ForwardStep(amateur, input_ids, 1)}, gammas, repeats)
+    return c["amateur"], {gamma: r[gamma] for gamma in gammas}
+
+
+def drafter_costs(expert: PreTrainedModel, input_ids: torch.Tensor, drafters: dict[str, Callable[[], object]],
+                  draft_lengths: Sequence[int], repeats: int) -> tuple[dict[str, float], dict[int, float]]:
+    """``({drafter: c}, {d: r(d)})`` for several drafters at once (notebook 07, ``python -m helpers.bench``).
+
+    ``drafters`` maps a name to one draft step on the prompt (e.g. a :class:`ForwardStep` of a small model, or a
+    draft head's step); c = its time / the expert's 1-token step. r(d) = expert forward over d+1 tokens / expert
+    step, for every d in ``draft_lengths`` (r(0) = 1: a round that drafted nothing is one ordinary step). All
+    passes are interleaved; each ratio is the median of its per-round ratios."""
+    if "expert" in drafters:
+        raise ValueError("'expert' names the baseline step: call the drafter something else")
+    steps: dict[str, Callable[[], object]] = {"expert": ForwardStep(expert, input_ids, 1), **drafters}
+    lengths = sorted({d for d in draft_lengths if d > 0})
+    steps.update({f"verify{d}": ForwardStep(expert, input_ids, d + 1) for d in lengths})
     ratios = _median_ratios(interleaved(steps, repeats), "expert")
-    return ratios["amateur"], {gamma: ratios[f"verify{gamma}"] for gamma in gammas}
+    return ({name: ratios[name] for name in drafters},
+            {0: 1.0, **{d: ratios[f"verify{d}"] for d in lengths}})
 
 
 def forward_costs(model: PreTrainedModel, input_ids: torch.Tensor, token_counts: Sequence[int],
@@ -203,6 +218,20 @@ def best_gamma(alpha: float, c: float, r_by_gamma: dict[int, float]) -> int:
     if not r_by_gamma:
         raise ValueError("r_by_gamma is empty: measure r for the γ to search, e.g. with cost_ratios")
     return max(r_by_gamma, key=lambda gamma: predicted_speedup(alpha, gamma, c, r_by_gamma[gamma]))
+
+
+def speedup_from_counts(draft_lengths: Sequence[int], n_tokens: int, c: float, r: dict[int, float]) -> float:
+    """The speedup that the measured counts of one run explain: n_tokens / Σ_rounds (d·c + r(d)), with d the
+    tokens drafted in each round (one expert pass each). Unlike :func:`predicted_speedup` it needs no α and no
+    constant γ, so it also explains dynamic draft lengths, prompt lookup and the head's draft-less first round;
+    prefill is left out on both sides. r must hold every d that occurred (:func:`drafter_costs`)."""
+    missing = sorted({d for d in draft_lengths} - set(r))
+    if missing:
+        raise ValueError(f"r is missing the draft lengths {missing}: measure them with drafter_costs")
+    cost = sum(d * c + r[d] for d in draft_lengths)
+    if not cost > 0:
+        raise ValueError("no rounds to explain")
+    return n_tokens / cost
 
 
 def predicted_speedup(alpha: float, gamma: int, c: float, r: float = 1.0) -> float:

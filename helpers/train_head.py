@@ -41,7 +41,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from helpers import distill
 from helpers.data import DATA, DISTILL_PROMPTS, HEAD_FOLDER, PROMPTS, read_prompts
-from helpers.heads import DraftHead, head_speculative
+from helpers.heads import DraftHead, HeadStep, head_speculative
 from helpers.models import load_pair
 from helpers.timing import ForwardStep, interleaved, median
 from helpers.training import fit
@@ -59,7 +59,7 @@ class HeadSettings:
     greedy_every: int = 4
     draft_vocab: int = 8192
     """N, the size of V_draft."""
-    epochs: float = 4.0
+    epochs: float = 8.0
     train_batch: int = 16
     lr: float = 1e-3
     warmup: int = 50
@@ -247,30 +247,6 @@ def validate(head: DraftHead, valid: Sequence[HeadExample], settings: HeadSettin
 
 
 # ---------------------------------------------------------------------------------------- 5. evaluate
-class HeadStep:
-    """One draft step of a head, timed like :class:`helpers.timing.ForwardStep`: one input position through the
-    head and its readout, on a cache that holds the prompt (the cost that c compares with an expert step)."""
-
-    def __init__(self, head: DraftHead, expert: PreTrainedModel, input_ids: torch.Tensor) -> None:
-        if input_ids.shape[1] < 2:
-            raise ValueError("timing a head step needs a prompt of at least 2 tokens")
-        self.head = head
-        with torch.no_grad():
-            self.features = expert(input_ids, output_hidden_states=True).hidden_states[-1]
-        self.tokens = input_ids
-        self.cache = DynamicCache(config=head.config)
-        if input_ids.shape[1] > 2:
-            with torch.no_grad():
-                head(self.features[:, :-2], self.tokens[:, 1:-1], self.cache)
-
-    @torch.no_grad()
-    def __call__(self) -> None:
-        length = self.tokens.shape[1]
-        predicted = self.head(self.features[:, -2:-1], self.tokens[:, -1:], self.cache, start=length - 2)
-        self.head.logits(predicted[0, -1])
-        self.cache.crop(-1)
-
-
 def evaluate(expert: PreTrainedModel, head: DraftHead, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str],
              *, max_new_tokens: int, gamma: int, timing_repeats: int, seed: int = 0,
              progress: bool = True) -> dict[str, float]:

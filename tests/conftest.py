@@ -11,6 +11,7 @@ from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Whitespace
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
+from helpers.heads import DraftHead
 from helpers.models import Pair, load_pair, tiny_random_model
 
 VOCAB = 12
@@ -80,3 +81,14 @@ def word_prompts(n: int, seed: int = 0) -> list[str]:
 @pytest.fixture(scope="session")
 def pocket() -> Pair:
     return load_pair("pocket")
+
+
+def random_head(expert: LlamaForCausalLM, vocab: list[int] | None = None, seed: int = 1,
+                scale: float = 3.0) -> DraftHead:
+    """A draft head with random weights large enough that its drafts differ from position to position."""
+    ids = torch.arange(expert.config.vocab_size) if vocab is None else torch.tensor(vocab)
+    head = DraftHead.for_expert(expert, ids, seed=seed)
+    with torch.no_grad():
+        for parameter in head.parameters():
+            parameter.mul_(scale)
+    return head.eval()

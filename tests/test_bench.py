@@ -13,6 +13,7 @@ from conftest import VOCAB, tiny_llama
 
 from helpers import bench
 from helpers.bench import assistant_drafts, markdown_table, run_benchmark
+from helpers.heads import DraftHead
 from helpers.models import Pair
 
 N = 6
@@ -105,6 +106,9 @@ def test_markdown_table_has_a_row_per_configuration(result):
     assert sum(line.startswith("| ours") or line.startswith("| HF") for line in lines) == len(
         result["configurations"])
     assert "c=" in table and "amateur at temperature 1" in table
+    assert "| c | r | from counts |" in table
+    old = {**result, "cost": {k: v for k, v in result["cost"].items() if k != "c_by_drafter"}}
+    assert "from counts" not in markdown_table(old)  # results written before the per-drafter costs keep their table
 
 
 def test_sampling_also_produces_n_tokens(pair):
@@ -138,18 +142,21 @@ def test_refuses_bad_arguments(pair):
 # ------------------------------------------------------------------------------- prompt lookup, self-draft
 @pytest.fixture(scope="module")
 def new_methods(pair) -> dict:
-    """Prompt lookup, the fp16 self-draft and the dynamic draft length next to the baseline (run even when not
-    asked for)."""
+    """Prompt lookup, the fp16 self-draft, the dynamic draft length, a (random) draft head and HF's default
+    assisted schedule next to the baseline (run even when not asked for)."""
+    head = DraftHead.for_expert(pair.expert, torch.arange(VOCAB)).eval()
     return run_benchmark(pair, PROMPTS, GAMMAS, repeats=1, max_new_tokens=N, temperature=0.0, seed=0,
-                         progress=False, methods=["prompt-lookup", "self_draft", "speculative-dynamic"],
-                         confidence_threshold=0.5)
+                         progress=False, methods=["prompt-lookup", "self_draft", "speculative-dynamic", "head",
+                                                  "hf-assisted-default"],
+                         confidence_threshold=0.5, head=head)
 
 
 def test_chosen_methods_only_and_naive_always(new_methods):
     names = [row["name"] for row in new_methods["configurations"]]
-    assert names == ["naive", "speculative_dynamic_g1", "self_draft_g1", "prompt_lookup_g1",
-                     "speculative_dynamic_g3", "self_draft_g3", "prompt_lookup_g3"]
-    assert new_methods["settings"]["methods"] == ["naive", "speculative_dynamic", "self_draft", "prompt_lookup"]
+    assert names == ["naive", "hf_assisted_default", "speculative_dynamic_g1", "self_draft_g1", "prompt_lookup_g1",
+                     "head_g1", "speculative_dynamic_g3", "self_draft_g3", "prompt_lookup_g3", "head_g3"]
+    assert new_methods["settings"]["methods"] == ["naive", "speculative_dynamic", "self_draft", "prompt_lookup",
+                                                  "head", "hf_assisted_default"]
     assert new_methods["settings"]["confidence_threshold"] == 0.5
     assert new_methods["ratios"]["ours_naive_over_hf_greedy"] is None
     assert new_methods["ratios"]["ours_speculative_over_hf_assisted"] == {}
@@ -162,16 +169,30 @@ def test_new_methods_report_the_same_greedy_text_and_their_statistics(new_method
         if row["method"] == "naive":
             continue
         assert row["label"] == bench.LABELS[row["method"]]
+        assert row["c"] == new_methods["cost"]["c_by_drafter"][bench.DRAFTER[row["method"]]]
+        if row["method"] == "hf_assisted_default":
+            assert row["gamma"] is None and "alpha" not in row  # transformers does not tell
+            continue
         assert 0 <= row["alpha"] <= 1 and 0 <= row["share_kept"] <= 1
         assert 1 <= row["tokens_per_expert_call"] <= row["gamma"] + 1
-        assert "predicted_speedup" not in row  # c and r are measured for the amateur only
+        assert row["r"] == new_methods["cost"]["r"][row["gamma"]] and 0 < row["explained_from_counts"] < math.inf
+        assert ("predicted_speedup" in row) == (row["method"] in bench.CONSTANT_GAMMA)
     self_draft = rows(new_methods)["self_draft_g3"]
     assert self_draft["alpha"] > 0.9  # an fp16 copy of the expert agrees with it almost always
+
+
+def test_every_drafter_has_its_cost(new_methods):
+    cost = new_methods["cost"]
+    assert set(cost["c_by_drafter"]) == {"amateur", "self_draft", "head", "prompt_lookup"}
+    assert all(0 < c < math.inf for c in cost["c_by_drafter"].values())
+    assert list(cost["r_by_draft_length"]) == [0, 1, 2, 3] and cost["r_by_draft_length"][0] == 1.0
 
 
 def test_markdown_table_shows_the_new_methods(new_methods):
     table = markdown_table(new_methods)
     assert "| ours: prompt lookup | 3 |" in table and "| ours: speculative, fp16 self-draft | 1 |" in table
+    assert "| ours: draft head (EAGLE-style) | 3 |" in table and "| c | r | from counts |" in table
+    assert "every drafter's c: amateur" in table
     assert "naive/greedy –; speculative/assisted –" in table
 
 
@@ -250,7 +271,7 @@ def test_parse_args_defaults():
     args = bench.parse_args([])
     assert args.gammas == list(range(1, 11)) and args.repeats == 3 and args.max_new_tokens == 48
     assert args.temperature == 0 and args.pair == "pocket"
-    assert args.prompts == bench.DEFAULT_PROMPTS and args.prompts.is_file()
+    assert args.prompts == [bench.DEFAULT_PROMPTS] and args.prompts[0].is_file()
     quick = bench.parse_args(["--quick", "--gammas", "2,3"])
     assert quick.gammas == [2, 3] and quick.repeats == 1 and quick.max_new_tokens == 24
     with pytest.raises(SystemExit):
@@ -273,3 +294,13 @@ def test_grounded_tasks_are_encoded_as_chat_turns(pair, tmp_path, monkeypatch):
     data = json.loads(out.read_text())
     assert encoded == ["ab ab ab", "cd cd"]
     assert {c["method"] for c in data["configurations"]} == {"naive", "prompt_lookup"}
+
+
+def test_prompt_files_are_read_in_order_and_too_many_prompts_are_refused(tmp_path):
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_text("one\ntwo\n")
+    second.write_text("three\n")
+    args = bench.parse_args(["--prompts", str(first), str(second)])
+    assert args.prompts == [first, second]
+    with pytest.raises(SystemExit, match=r"there are 3 prompts, use 1\.\.3"):
+        bench.main(["--prompts", str(first), str(second), "--n-prompts", "4"])

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_llama
+from conftest import random_head, tiny_llama
 
 from helpers.decoding import naive
 from helpers.decoding.core import CachedModel
-from helpers.heads import DraftHead, head_speculative, load_head
+from helpers.heads import head_speculative, load_head
 from helpers.stats import exact_distribution, round_error
 
 EXACT_VOCAB = 6
@@ -17,16 +17,6 @@ EXACT_VOCAB = 6
 @pytest.fixture(scope="module")
 def expert():
     return tiny_llama(0, layers=2)
-
-
-def random_head(expert, vocab=None, seed=1, scale=3.0):
-    """A head with random weights large enough that its drafts differ from position to position."""
-    vocab = torch.arange(expert.config.vocab_size) if vocab is None else torch.tensor(vocab)
-    head = DraftHead.for_expert(expert, vocab, seed=seed)
-    with torch.no_grad():
-        for parameter in head.parameters():
-            parameter.mul_(scale)
-    return head.eval()
 
 
 def test_the_expert_keeps_its_features_through_a_rollback(expert, prompt):

@@ -15,6 +15,7 @@ from helpers.timing import (
     Summary,
     best_gamma,
     cost_ratios,
+    drafter_costs,
     expected_tokens,
     forward_costs,
     interleaved,
@@ -23,6 +24,7 @@ from helpers.timing import (
     others_busy_cores,
     paired_ratios,
     predicted_speedup,
+    speedup_from_counts,
     step_time,
     summarize,
 )
@@ -129,6 +131,29 @@ def test_cost_ratios(one_thread):
     assert 0 < c < math.inf
     assert list(r) == [1, 4]
     assert all(0 < v < math.inf for v in r.values())
+
+
+def test_drafter_costs_time_every_drafter_and_every_draft_length(one_thread):
+    expert, amateur, ids = tiny_llama(0, layers=2), tiny_llama(1), torch.tensor([[1, 2, 3]])
+    c, r = drafter_costs(expert, ids, {"amateur": ForwardStep(amateur, ids, 1), "nothing": lambda: None},
+                         range(1, 4), repeats=3)
+    assert set(c) == {"amateur", "nothing"} and all(0 < v < math.inf for v in c.values())
+    assert c["nothing"] < c["amateur"]
+    assert list(r) == [0, 1, 2, 3] and r[0] == 1.0 and all(0 < v < math.inf for v in r.values())
+    with pytest.raises(ValueError, match="'expert' names the baseline"):
+        drafter_costs(expert, ids, {"expert": lambda: None}, [1], repeats=1)
+
+
+def test_speedup_from_counts_is_the_cost_model_on_counted_rounds():
+    r = {0: 1.0, 1: 1.2, 2: 1.5}
+    # three rounds: nothing drafted (1 token), 2 drafted (3 tokens), 1 drafted (2 tokens): 6 tokens
+    assert speedup_from_counts([0, 2, 1], 6, c=0.1, r=r) == pytest.approx(6 / (1.0 + 1.7 + 1.3))
+    # a constant γ with every draft accepted gives predicted_speedup at α = 1
+    assert speedup_from_counts([2] * 5, 15, c=0.1, r=r) == pytest.approx(predicted_speedup(1.0, 2, 0.1, 1.5))
+    with pytest.raises(ValueError, match="missing the draft lengths \\[3\\]"):
+        speedup_from_counts([3], 4, c=0.1, r=r)
+    with pytest.raises(ValueError, match="no rounds"):
+        speedup_from_counts([], 0, c=0.1, r=r)
 
 
 def test_paired_ratios_compare_round_by_round():

@@ -1,0 +1,348 @@
+"""Draft trees (notebook 07, "Trees instead of chains"): EAGLE-2's dynamic draft tree, measured.
+
+Li et al. 2024, "EAGLE-2: Faster Inference of Language Models with Dynamic Draft Trees". A chain drafts one
+guess per position; when its first guess is wrong the rest is wasted. A **tree** keeps several guesses per
+position: the head expands the ``top_k`` most likely nodes of each level into their ``top_k`` most likely
+children, and the ``n_nodes`` nodes with the highest path probability (the product of the head's probabilities
+from the root) are kept (:func:`draft_tree`). The expert checks the whole tree in **one** forward pass in which
+each node attends to the prefix and to its own ancestors only (:func:`tree_attention`, :class:`TreeVerifyStep`),
+and greedy verification keeps the longest path that agrees with the expert's own choices.
+
+What this module measures, and what it does not build: a tree's *gain* is the number of tokens per expert call,
+``1 + accepted depth``; at temperature 0 the accepted depth is the longest root path whose tokens equal the
+expert's greedy continuation (:func:`accepted_depth`), which the benchmark of notebook 07 knows from one greedy
+run. Its *cost* is the head's expansion passes plus one expert pass over ``n_nodes + 1`` tokens with a tree mask,
+timed here. That is enough to decide whether a tree decoder would pay on a CPU before writing one (a full decoder
+also has to compact both KV caches to the accepted path after each round).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import inspect
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+from transformers import DynamicCache, PreTrainedModel
+
+from helpers.bench import machine_info, write_json
+from helpers.data import ARTICLE_PROMPTS, PROMPTS, read_prompts
+from helpers.decoding import naive
+from helpers.heads import DraftHead, load_head
+from helpers.models import load_pair
+from helpers.timing import ForwardStep, interleaved, median
+
+
+@dataclass
+class DraftTree:
+    """Nodes in the order they were kept (parents before children). Node i drafts ``tokens[i]`` at depth
+    ``depths[i]`` (1 = right after the root, the last verified token) below node ``parents[i]`` (-1: the root)."""
+
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    depths: list[int] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+    """Path probability under the head: the product of its probabilities from the root to the node."""
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def path(self, node: int) -> list[int]:
+        """The node indices from depth 1 down to ``node``."""
+        path = []
+        while node >= 0:
+            path.append(node)
+            node = self.parents[node]
+        return path[::-1]
+
+
+def tree_attention(parents: Sequence[int]) -> torch.Tensor:
+    """(n, n) bool: node i may attend to node j iff j is i or one of its ancestors (EAGLE-2's tree mask; the
+    prefix before the tree is visible to every node)."""
+    n = len(parents)
+    allowed = torch.eye(n, dtype=torch.bool)
+    for i, parent in enumerate(parents):
+        if not -1 <= parent < i:
+            raise ValueError(f"node {i} has parent {parent}: parents must come before their children (-1 = root)")
+        if parent >= 0:
+            allowed[i] |= allowed[parent]
+    return allowed
+
+
+def _check_tree_args(n_nodes: int, top_k: int, depth: int) -> None:
+    for name, value in (("n_nodes", n_nodes), ("top_k", top_k), ("depth", depth)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    if n_nodes > sum(top_k ** d for d in range(1, depth + 1)):
+        raise ValueError(f"a tree of depth {depth} with {top_k} children per node has fewer than {n_nodes} nodes: "
+                         "raise depth or top_k")
+
+
+@torch.no_grad()
+def draft_tree(head: DraftHead, features: torch.Tensor, tokens: torch.Tensor, cache: DynamicCache, *,
+               n_nodes: int, top_k: int, depth: int) -> DraftTree:
+    """EAGLE-2's dynamic draft tree after a verified prefix (greedy drafting, temperature 0).
+
+    ``features`` (T, d): the expert's features at positions 0..T-1; ``tokens`` (T+1,): the verified tokens, the
+    last one the root; ``cache``: the head's KV cache over the first positions (empty at first). The head reads
+    the true features it has not read yet (one pass, as :class:`helpers.heads.HeadDrafter` does each round), then
+    makes ``depth - 1`` expansion passes: the ``top_k`` nodes of the newest level with the highest path
+    probability, each fed with its parent's predicted feature under the tree mask, give ``top_k`` children each.
+    Of all nodes, the ``n_nodes`` with the highest path probability are kept: a node's probability never exceeds
+    its parent's, so they form a tree. The cache is cropped back to the T true positions."""
+    _check_tree_args(n_nodes, top_k, depth)
+    length = features.shape[0]
+    if tokens.shape != (length + 1,):
+        raise ValueError(f"tokens must hold the T + 1 = {length + 1} verified tokens, got shape {tuple(tokens.shape)}")
+    read = cache.get_seq_length()
+    if not 0 <= read < length:
+        raise ValueError(f"the head's cache holds {read} positions; it must hold fewer than the {length} features")
+    root = head(features[None, read:], tokens[None, read + 1:], cache, start=read)[0, -1]
+    # candidate: (path probability, parent candidate or -1, token, level); its predicted feature once expanded
+    candidates: list[tuple[float, int, int, int]] = []
+    outputs: dict[int, torch.Tensor] = {-1: root}
+    slot: dict[int, int] = {}  # expanded candidate -> its key's index in the cache, after the T true positions
+    frontier = [-1]
+    for level in range(1, depth + 1):
+        for parent in frontier:
+            base = 1.0 if parent < 0 else candidates[parent][0]
+            top = torch.topk(torch.softmax(head.logits(outputs[parent]).float(), dim=-1), top_k)
+            candidates += [(base * float(p), parent, int(head.vocab[i]), level)
+                           for p, i in zip(top.values, top.indices, strict=True)]
+        if level == depth:
+            break
+        newest = [i for i, c in enumerate(candidates) if c[3] == level]
+        frontier = sorted(newest, key=lambda i: -candidates[i][0])[:top_k]
+        done = len(slot)
+        allowed = torch.zeros(len(frontier), length + done + len(frontier), dtype=torch.bool)
+        allowed[:, :length] = True
+        for row, node in enumerate(frontier):
+            allowed[row, length + done + row] = True
+            parent = candidates[node][1]
+            while parent >= 0:
+                allowed[row, length + slot[parent]] = True
+                parent = candidates[parent][1]
+        inputs = torch.stack([outputs[candidates[node][1]] for node in frontier])[None]
+        ids = torch.tensor([[candidates[node][2] for node in frontier]], device=inputs.device)
+        positions = torch.full((len(frontier),), length - 1 + level, device=inputs.device)
+        predicted = head(inputs, ids, cache, allowed=allowed.to(inputs.device), positions=positions)[0]
+        for row, node in enumerate(frontier):
+            slot[node], outputs[node] = done + row, predicted[row]
+    if slot:
+        cache.crop(-len(slot))
+    # highest path probability first; on a tie the shallower node, so a kept node's parent is always kept
+    kept = sorted(range(len(candidates)), key=lambda i: (-candidates[i][0], candidates[i][3]))[:n_nodes]
+    kept.sort(key=lambda i: (candidates[i][3], -candidates[i][0]))  # parents before children
+    index = {node: i for i, node in enumerate(kept)}
+    tree = DraftTree()
+    for node in kept:
+        score, parent, token, level = candidates[node]
+        tree.tokens.append(token)
+        tree.parents.append(index[parent] if parent >= 0 else -1)
+        tree.depths.append(level)
+        tree.scores.append(score)
+    return tree
+
+
+def accepted_depth(tree: DraftTree, continuation: Sequence[int]) -> int:
+    """Greedy tree verification: the depth of the longest root path whose tokens equal ``continuation`` (the
+    expert's greedy tokens after the root), i.e. how many drafted tokens the expert keeps; it adds one more."""
+    best, matched = 0, {-1: 0}
+    for i, (token, parent) in enumerate(zip(tree.tokens, tree.parents, strict=True)):
+        if parent in matched:
+            d = matched[parent]
+            if d < len(continuation) and continuation[d] == token:
+                matched[i] = d + 1
+                best = max(best, d + 1)
+    return best
+
+
+class TreeVerifyStep:
+    """One expert pass over the root + a tree's nodes under the tree mask, after a cached prefix, undone after each
+    call; its time over a 1-token step (:class:`helpers.timing.ForwardStep`) is r_tree(n), the verification
+    cost. It returns the logits at the root and at every node: the expert's next-token choice after each path."""
+
+    def __init__(self, model: PreTrainedModel, input_ids: torch.Tensor, parents: Sequence[int],
+                 tokens: Sequence[int] | None = None) -> None:
+        """``input_ids`` (1, T): the prompt, its last token the root (the cache holds the T - 1 before it);
+        ``tokens``: the nodes' tokens (default: the root token again; the time does not depend on them)."""
+        if input_ids.shape[1] < 2:
+            raise ValueError("timing a tree verification needs a prompt of at least 2 tokens")
+        self.model, self.n = model, len(parents) + 1
+        self.cache = DynamicCache(config=model.config)
+        with torch.no_grad():
+            model(input_ids[:, :-1], past_key_values=self.cache, use_cache=True)
+        self.prefix = input_ids.shape[1] - 1
+        nodes = input_ids[:, -1:].repeat(1, len(parents)) if tokens is None else input_ids.new_tensor([list(tokens)])
+        self.ids = torch.cat([input_ids[:, -1:], nodes], dim=1)
+        self.mask, self.positions = tree_inputs(parents, self.prefix, dtype=model.dtype)
+        self._kwargs = ({"logits_to_keep": self.n}
+                        if "logits_to_keep" in inspect.signature(model.forward).parameters else {})
+
+    @torch.no_grad()
+    def __call__(self) -> torch.Tensor:
+        logits = self.model(self.ids, attention_mask=self.mask, position_ids=self.positions,
+                            past_key_values=self.cache, use_cache=True, **self._kwargs).logits
+        self.cache.crop(-self.n)
+        return logits
+
+
+def tree_inputs(parents: Sequence[int], prefix: int, dtype: torch.dtype = torch.float32,
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The 4D additive attention mask (1, 1, n+1, prefix+n+1) and position ids (1, n+1) of an expert pass over the
+    root token (at position prefix) and the tree's n nodes (node at depth k: position prefix + k), after a cache
+    holding ``prefix`` positions: every row sees the prefix, the root, its ancestors and itself."""
+    n = len(parents)
+    allowed = torch.zeros(n + 1, prefix + n + 1, dtype=torch.bool)
+    allowed[:, :prefix + 1] = True
+    allowed[1:, prefix + 1:] = tree_attention(parents)
+    depth = torch.zeros(n + 1, dtype=torch.long)
+    for i, parent in enumerate(parents):
+        depth[i + 1] = depth[parent + 1] + 1
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    return mask[None, None], (prefix + depth)[None]
+
+
+# ------------------------------------------------------------------------------------------ measurement
+@dataclass(frozen=True)
+class TreeShape:
+    """A draft of ``n_nodes`` nodes: ``top_k`` children per expanded node, at most ``depth`` levels (top_k = 1 and
+    n_nodes = depth = γ is the chain of :func:`helpers.heads.head_speculative`)."""
+
+    n_nodes: int
+    top_k: int
+    depth: int
+
+    @property
+    def name(self) -> str:
+        if self.top_k == 1:
+            return f"chain γ={self.depth}"
+        return f"tree {self.n_nodes} nodes (top-{self.top_k}, depth {self.depth})"
+
+
+SHAPES = (TreeShape(2, 1, 2), TreeShape(3, 1, 3), TreeShape(4, 1, 4), TreeShape(4, 2, 3), TreeShape(8, 2, 4),
+          TreeShape(8, 4, 4), TreeShape(12, 4, 5), TreeShape(16, 4, 6))
+"""Notebook 07's chains and trees of 4-16 nodes (EAGLE-2 itself drafts 60 nodes, top-10, depth 6, on a GPU)."""
+
+
+def _features(expert: PreTrainedModel, ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return expert(ids, output_hidden_states=True).hidden_states[-1][0]
+
+
+def tree_rounds(expert: PreTrainedModel, head: DraftHead, input_ids: torch.Tensor, continuation: Sequence[int],
+                shape: TreeShape) -> list[int]:
+    """Greedy tree decoding of ``continuation`` (the expert's greedy tokens after ``input_ids``), simulated: the
+    tokens each expert call keeps, ``1 + accepted depth``; the first call reads the prompt and drafts nothing, as
+    in :func:`helpers.heads.head_speculative`. The features come from one pass over the whole sequence, which
+    in exact arithmetic equals what the real verification passes return."""
+    full = torch.cat([input_ids[0], torch.tensor(continuation, device=input_ids.device)])
+    features = _features(expert, full[None])
+    cache = DynamicCache(config=head.config)
+    known, kept = input_ids.shape[1], [1]
+    while sum(kept) < len(continuation):
+        tree = draft_tree(head, features[:known], full[:known + 1], cache, n_nodes=shape.n_nodes,
+                          top_k=shape.top_k, depth=shape.depth)
+        remaining = len(continuation) - sum(kept)
+        kept.append(min(1 + accepted_depth(tree, full[known + 1:].tolist()), remaining))
+        known += kept[-1]
+    return kept
+
+
+class TreeDraftStep:
+    """One round of the head's tree drafting after a cached prompt (read one verified position, expand, crop back),
+    timed like :class:`helpers.timing.ForwardStep`: the draft cost of a round, in expert steps once divided."""
+
+    def __init__(self, expert: PreTrainedModel, head: DraftHead, input_ids: torch.Tensor, shape: TreeShape) -> None:
+        if input_ids.shape[1] < 2:
+            raise ValueError("timing a tree draft needs a prompt of at least 2 tokens")
+        self.head, self.shape = head, shape
+        self.tokens = torch.cat([input_ids[0], input_ids[0, -1:]])  # a root token after the prompt (any will do)
+        self.features = _features(expert, input_ids)
+        self.cache = DynamicCache(config=head.config)
+        with torch.no_grad():
+            head(self.features[None, :-1], self.tokens[None, 1:-1], self.cache)
+        self.tree = self()
+
+    def __call__(self) -> DraftTree:
+        tree = draft_tree(self.head, self.features, self.tokens, self.cache, n_nodes=self.shape.n_nodes,
+                          top_k=self.shape.top_k, depth=self.shape.depth)
+        self.cache.crop(-1)
+        return tree
+
+
+def measure(expert: PreTrainedModel, head: DraftHead, prompts: Sequence[torch.Tensor], *, max_new_tokens: int,
+            shapes: Sequence[TreeShape] = SHAPES, repeats: int = 30, progress: bool = True) -> dict:
+    """Chains and trees side by side on the same greedy continuations: tokens per expert call (pooled, and per
+    prompt for an interval), the draft cost per round and r_tree (timed on the longest prompt, interleaved with
+    an expert step), and the speedup they explain, n / (1 + Σ_later rounds (draft + r_tree)) in expert steps."""
+    continuations = [naive(expert, ids, max_new_tokens=max_new_tokens, temperature=0.0).new_token_ids
+                     for ids in tqdm(prompts, desc="greedy continuations", unit="prompt", disable=not progress)]
+    longest = max(prompts, key=lambda ids: ids.shape[1])
+    steps: dict[str, Callable[[], object]] = {"expert": ForwardStep(expert, longest, 1)}
+    for shape in shapes:
+        draft = TreeDraftStep(expert, head, longest, shape)
+        steps[f"draft {shape.name}"] = draft
+        steps[f"verify {shape.name}"] = TreeVerifyStep(expert, longest, draft.tree.parents)
+    times = interleaved(steps, repeats, warmup=3)
+    ratio = {name: median([t / e for t, e in zip(ts, times["expert"], strict=True)]) for name, ts in times.items()}
+    rows = []
+    for shape in tqdm(shapes, desc="tree rounds", unit="shape", disable=not progress):
+        kept = [tree_rounds(expert, head, ids, cont, shape) for ids, cont in zip(prompts, continuations, strict=True)]
+        tokens, calls = sum(map(sum, kept)), sum(map(len, kept))
+        draft, verify = ratio[f"draft {shape.name}"], ratio[f"verify {shape.name}"]
+        rows.append({"shape": asdict(shape), "name": shape.name, "tokens_per_call": tokens / calls,
+                     "tokens_per_call_by_prompt": [sum(k) / len(k) for k in kept],
+                     "mean_accepted_depth": sum(sum(k) - len(k) for k in kept) / calls,
+                     "draft_cost": draft, "r_tree": verify,
+                     "explained_speedup": tokens / sum(1 + (len(k) - 1) * (draft + verify) for k in kept)})
+    return {"rows": rows, "expert_step_ms": 1000 * median(times["expert"]), "max_new_tokens": max_new_tokens,
+            "n_prompts": len(prompts), "repeats": repeats, "timing_prompt_tokens": longest.shape[1],
+            "note": "tokens per call from greedy tree verification against the expert's greedy continuation "
+                    "(simulated: no tree decoder); draft_cost and r_tree in expert 1-token steps"}
+
+
+def markdown_table(result: dict) -> str:
+    """The measurement as a Markdown table, chains first."""
+    lines = ["| draft | nodes | tokens / expert call | draft cost per round | r_tree | explained speedup |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for row in result["rows"]:
+        lines.append(f"| {row['name']} | {row['shape']['n_nodes']} | {row['tokens_per_call']:.2f} | "
+                     f"{row['draft_cost']:.2f} | {row['r_tree']:.2f} | {row['explained_speedup']:.2f}× |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    """``python -m helpers.trees``: chains and trees of the committed head on the article's and the held-out
+    prompts (notebook 07's committed measurement)."""
+    parser = argparse.ArgumentParser(prog="python -m helpers.trees", description=main.__doc__.split("\n")[0])
+    parser.add_argument("--n-prompts", type=int, default=None, help="the first N of the 65 prompts (default all)")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=30, help="interleaved timing rounds (default 30)")
+    parser.add_argument("--out", type=Path, default=Path("output/trees.json"))
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    pair = load_pair("pocket")
+    head = load_head(pair.expert)
+    texts = read_prompts(ARTICLE_PROMPTS) + read_prompts(PROMPTS)
+    if args.n_prompts is not None and not 1 <= args.n_prompts <= len(texts):
+        parser.error(f"--n-prompts must be in 1..{len(texts)}")
+    prompts = [pair.encode(text) for text in texts[:args.n_prompts]]
+    result = measure(pair.expert, head, prompts, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
+                     progress=not args.no_progress)
+    result |= {"command": shlex.join(["python", "-m", "helpers.trees", *(argv if argv is not None else sys.argv[1:])]),
+               "machine": machine_info(pair.expert.device),
+               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    print(markdown_table(result))
+    print(f"written to {write_json(result, args.out)}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
