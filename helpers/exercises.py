@@ -15,6 +15,7 @@ import torch
 from helpers.decoding import contrastive_scores, lookup_draft, probabilities
 from helpers.metrics import distinct_n
 from helpers.timing import expected_tokens, predicted_speedup
+from helpers.trees import DraftTree, accepted_depth, tree_attention
 
 
 def _pending(answer: object, what: str) -> bool:
@@ -202,4 +203,45 @@ def check_lookup(fn: Callable[[list[int], int, int], list[int]]) -> None:
             f"for context={context}, n_tokens={n_tokens}, max_ngram={max_ngram} expected {expected}, got {got}: "
             "try the longest n-gram first, take its most recent earlier occurrence, copy at most n_tokens "
             "tokens after it; [] when nothing matches")
+    _ok(what)
+
+
+# --------------------------------------------------------------------------------------- notebook 07
+_TREES = ([-1, -1, 0, 0, 2], [-1, 0, 1, 2], [-1, -1, -1], [-1, 0, 0, 1, 1, 3, -1])
+
+
+def check_tree_mask(fn: Callable[[list[int]], torch.Tensor]) -> None:
+    """07, exercise 1: ``fn(parents)`` -> the (n, n) bool tree attention mask (node i sees j iff j is i or one of
+    its ancestors; ``parents[i]`` = -1 for a child of the root)."""
+    what = "tree attention mask"
+    if _pending(fn([-1, 0]), what):
+        return
+    for parents in _TREES:
+        expected = tree_attention(parents)
+        got = torch.as_tensor(fn(list(parents))).bool()
+        assert got.shape == expected.shape, f"for parents={parents} expected shape {tuple(expected.shape)}, got " \
+                                            f"{tuple(got.shape)}: one row and one column per node"
+        assert torch.equal(got, expected), (
+            f"for parents={parents} expected\n{expected.int()}\ngot\n{got.int()}\nrow i: True at i and at every "
+            "ancestor of i (follow parents until -1); siblings and cousins stay False")
+    _ok(what)
+
+
+def check_accepted_depth(fn: Callable[[list[int], list[int], list[int]], int]) -> None:
+    """07, exercise 2: ``fn(tokens, parents, continuation)`` -> how many drafted tokens greedy tree verification
+    keeps: the depth of the longest root path whose tokens equal the start of ``continuation``."""
+    what = "accepted depth of a draft tree"
+    if _pending(fn([3], [-1], [3]), what):
+        return
+    tokens = [3, 5, 7, 2, 9, 7, 4]
+    parents = [-1, -1, 0, 0, 2, 1, 5]
+    depths = [1, 1, 2, 2, 3, 2, 3]
+    tree = DraftTree(tokens=tokens, parents=parents, depths=depths, scores=[0.0] * len(tokens))
+    for continuation in ([3, 7, 9, 1], [3, 2, 9], [5, 7, 4, 4], [5, 2], [4], [3, 7], [9, 9]):
+        expected = accepted_depth(tree, continuation)
+        got = fn(list(tokens), list(parents), list(continuation))
+        assert got == expected, (
+            f"tree tokens={tokens}, parents={parents}, continuation={continuation}: expected {expected}, got {got}. "
+            "Walk down from the root: at each depth move to the child whose token is the expert's next token; stop "
+            "when no child matches")
     _ok(what)

@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from helpers.decoding import ContrastiveStep, SpecIteration
+from helpers.trees import DraftTree, tree_attention
 
 COLORS = {"expert": "#1f77b4", "amateur": "#ff7f0e", "accepted": "#2ca02c", "rejected": "#d62728",
           "resampled": "#9467bd", "bonus": "#17becf", "unused": "#c7c7c7", "seed": "#d62728"}
@@ -340,4 +341,102 @@ def speedup_surface(cs: Sequence[float], *, r: float | dict[int, float] = 1.0,
     axes[0][0].set_ylabel("γ")
     fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap="viridis"), ax=axes[0].tolist(), label="predicted speedup")
     fig.suptitle(title)
+    return fig
+
+
+def _box(ax, x: float, y: float, w: float, h: float, text: str, color: str, *, fontsize: int = 9) -> None:
+    ax.add_patch(plt.Rectangle((x, y), w, h, facecolor=color, edgecolor="black", alpha=0.9))
+    ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=fontsize)
+
+
+def _arrow(ax, start: tuple[float, float], end: tuple[float, float], text: str = "", **style) -> None:
+    ax.annotate("", xy=end, xytext=start, arrowprops={"arrowstyle": "->", "lw": 1.3, **style})
+    if text:
+        ax.text((start[0] + end[0]) / 2 + 0.08, (start[1] + end[1]) / 2, text, fontsize=8, va="center")
+
+
+def head_architecture(*, hidden: int, layers: int, vocab: int, draft_vocab: int) -> Figure:
+    """Notebook 07: the expert (left) and the EAGLE-style draft head (right). The expert's feature f_t, the last
+    hidden state after the final norm, goes into the head with the embedding of the token x_{t+1}; the head's one
+    decoder layer predicts f̂_{t+1}, read out through the expert's own LM head rows of V_draft; from the second
+    draft step on the head reads its own f̂ (dashed)."""
+    blue, orange, grey = "#c6dbef", "#fdd0a2", "#e5e5e5"
+    fig, ax = plt.subplots(figsize=(11, 5.2))
+    _box(ax, 0.2, 0.3, 2.6, 0.6, "tokens x_0 .. x_t", grey)
+    _box(ax, 0.2, 1.3, 2.6, 1.6, f"expert: embedding +\n{layers} decoder layers\n+ final norm\n(d = {hidden})", blue)
+    _box(ax, 0.2, 3.3, 2.6, 0.6, "feature f_t", blue)
+    _box(ax, 0.2, 4.3, 2.6, 0.6, f"LM head ({vocab:,} rows)\n→ p(x_{{t+1}})", blue, fontsize=8)
+    _arrow(ax, (1.5, 0.9), (1.5, 1.3))
+    _arrow(ax, (1.5, 2.9), (1.5, 3.3))
+    _arrow(ax, (1.5, 3.9), (1.5, 4.3))
+    _box(ax, 4.0, 0.3, 2.4, 0.6, "embedding e(x_{t+1})\n(the expert's, frozen)", grey, fontsize=8)
+    _box(ax, 4.0, 1.3, 4.6, 0.6, f"fc: [e(x_{{t+1}}); f_t]  ({2 * hidden} → {hidden})", orange)
+    _box(ax, 4.0, 2.3, 4.6, 0.9, "one decoder layer, the expert's shape\n(attention over the head's own KV cache"
+         " + MLP)", orange, fontsize=8)
+    _box(ax, 4.0, 3.6, 2.4, 0.6, "predicted f̂_{t+1}", orange)
+    _box(ax, 4.0, 4.5, 4.6, 0.6, f"the expert's LM head, only the rows of V_draft ({draft_vocab:,})\n→ q(x_{{t+2}})",
+         blue, fontsize=8)
+    _arrow(ax, (5.2, 0.9), (5.2, 1.3))
+    _arrow(ax, (2.8, 3.6), (4.6, 1.9), "f_t")
+    _arrow(ax, (6.3, 1.9), (6.3, 2.3))
+    _arrow(ax, (5.2, 3.2), (5.2, 3.6))
+    _arrow(ax, (5.2, 4.2), (5.2, 4.5))
+    _arrow(ax, (6.4, 3.9), (8.4, 1.9), linestyle="--", color="#d62728")
+    ax.text(7.6, 3.6, "draft steps 2..γ:\nf̂ in place of f", fontsize=8, color="#d62728")
+    ax.text(4.0, 5.45, "draft head (trained)", fontsize=11, color="#e6550d", weight="bold")
+    ax.text(0.2, 5.45, "expert (frozen)", fontsize=11, color="#08519c", weight="bold")
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 5.8)
+    ax.axis("off")
+    fig.tight_layout()
+    return fig
+
+
+def draft_tree(tokenizer, tree: DraftTree, accepted: Sequence[int] = (), *, title: str = "") -> Figure:
+    """Notebook 07: a draft tree (left; :class:`helpers.trees.DraftTree`, nodes labelled with their token and path
+    probability, the ``accepted`` nodes in green) and the attention mask of its verification pass (right: which
+    position each row may attend to, besides the prefix that every row sees)."""
+    n = len(tree)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.6), gridspec_kw={"width_ratios": [1.35, 1]})
+    leaves_below: dict[int, list[int]] = {i: [] for i in range(-1, n)}
+    for i, parent in enumerate(tree.parents):
+        leaves_below[parent].append(i)
+    y_of: dict[int, float] = {}
+    counter = [0.0]
+
+    def place(node: int) -> float:
+        children = leaves_below[node]
+        if not children:
+            y_of[node] = counter[0]
+            counter[0] += 1
+        else:
+            y_of[node] = sum(place(child) for child in children) / len(children)
+        return y_of[node]
+
+    place(-1)
+    x_of = {-1: 0, **{i: d for i, d in enumerate(tree.depths)}}
+    for i, parent in enumerate(tree.parents):
+        left.plot([x_of[parent], x_of[i]], [y_of[parent], y_of[i]], color="grey", lw=1, zorder=1)
+    for node in [-1, *range(n)]:
+        label = "root" if node < 0 else f"{show_token(tokenizer, tree.tokens[node])}\n{tree.scores[node]:.2f}"
+        color = "#a1d99b" if node in accepted else ("#c6dbef" if node < 0 else "white")
+        left.text(x_of[node], y_of[node], label, ha="center", va="center", fontsize=8, zorder=2,
+                  bbox={"boxstyle": "round", "facecolor": color, "edgecolor": "black"})
+    left.set_xlim(-0.5, max(tree.depths) + 0.5)
+    left.set_ylim(-0.8, counter[0] - 0.2)
+    left.set_xticks(range(max(tree.depths) + 1), ["root", *[f"depth {d}" for d in range(1, max(tree.depths) + 1)]])
+    left.set_yticks([])
+    left.invert_yaxis()
+    left.set_title(title or f"a draft tree of {n} nodes (token, path probability)", fontsize=10)
+    mask = torch.ones(n + 1, n + 1, dtype=torch.bool).tril()
+    mask[1:, 1:] = tree_attention(tree.parents)
+    mask[1:, 0] = True
+    names = ["root", *[f"{i}:{show_token(tokenizer, t)}" for i, t in enumerate(tree.tokens)]]
+    right.imshow(mask.float(), cmap="Blues", vmin=0, vmax=1.4)
+    right.set_xticks(range(n + 1), names, rotation=90, fontsize=7)
+    right.set_yticks(range(n + 1), names, fontsize=7)
+    right.set_xlabel("key (may be attended to)")
+    right.set_ylabel("query")
+    right.set_title("tree attention mask: a node sees the root, its ancestors and itself", fontsize=10)
+    fig.tight_layout()
     return fig

@@ -54,3 +54,31 @@ def test_distinct_n_and_break_even(capsys):
         exercises.check_break_even_alpha(0.3, gamma=4, c=0.16, r=1.7)
     exercises.check_break_even_alpha(1.0, gamma=1, c=0.9, r=1.7)  # no α pays off: "none" is right
     assert "✅" in capsys.readouterr().out
+
+
+def test_tree_mask_that_forgets_the_grandparents():
+    def parents_only(parents):
+        mask = torch.eye(len(parents), dtype=torch.bool)
+        for i, parent in enumerate(parents):
+            if parent >= 0:
+                mask[i, parent] = True
+        return mask
+
+    with pytest.raises(AssertionError, match="every ancestor"):
+        exercises.check_tree_mask(parents_only)
+
+
+def test_accepted_depth_that_follows_the_first_child_only(capsys):
+    def first_child(tokens, parents, continuation):
+        depth, node = 0, -1
+        while depth < len(continuation):
+            children = [i for i, p in enumerate(parents) if p == node]
+            if not children or tokens[children[0]] != continuation[depth]:
+                return depth
+            node, depth = children[0], depth + 1
+        return depth
+
+    with pytest.raises(AssertionError, match="the child whose token"):
+        exercises.check_accepted_depth(first_child)
+    exercises.check_tree_mask(lambda parents: None)
+    assert "not attempted yet" in capsys.readouterr().out

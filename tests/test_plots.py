@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 
 from helpers import plots
 from helpers.decoding import contrastive, speculative
+from helpers.trees import DraftTree
 
 
 def test_pictures_of_decoder_traces(tiny_text_pair, prompt, capsys):
@@ -80,3 +81,15 @@ def test_kv_cache_states_draws_both_endings_and_refuses_a_bad_count():
     assert len(fig.axes[0].patches) == 2 * (3 + 4 + 1)
     with pytest.raises(ValueError, match=r"accepted must be in 0\.\.gamma-1"):
         plots.kv_cache_states(gamma=4, accepted=4)
+
+
+def test_head_architecture_and_draft_tree_pictures(tiny_text_pair):
+    fig = plots.head_architecture(hidden=576, layers=30, vocab=49152, draft_vocab=8192)
+    shown = " ".join(t.get_text() for t in fig.axes[0].texts)
+    assert "30 decoder layers" in shown and "(8,192)" in shown and "1152 → 576" in shown
+    tree = DraftTree(tokens=[3, 5, 7, 2], parents=[-1, -1, 0, 0], depths=[1, 1, 2, 2], scores=[0.6, 0.3, 0.4, 0.1])
+    fig = plots.draft_tree(tiny_text_pair.tokenizer, tree, accepted=[0, 2])
+    tree_ax, mask_ax = fig.axes
+    assert len(tree_ax.texts) == 5 and "0.40" in tree_ax.texts[3].get_text()
+    mask = mask_ax.images[0].get_array()
+    assert mask.shape == (5, 5) and mask[3, 1] == 1 and mask[3, 2] == 0  # node 2 sees node 0 (its parent), not 1
