@@ -105,6 +105,12 @@ def ends_early(rows: Sequence[dict], method: str, max_new_tokens: int) -> int:
     return sum(1 for rs in _texts(rows, method).values() for r in rs if r["n_tokens"] < max_new_tokens)
 
 
+def mean_of(values: Sequence[float], *, n_boot: int = 10_000, seed: int = 0) -> Interval:
+    """The mean of per-prompt values (e.g. paired differences of two decoders' α, prompt by prompt) with its 95 %
+    bootstrap interval over prompts (notebook 07)."""
+    return _bootstrap(np.asarray(values, dtype=float), n_boot, seed)
+
+
 def median_interval(groups: Sequence[Sequence[float]], *, n_boot: int = 10_000, seed: int = 0) -> tuple[float, float]:
     """95 % percentile-bootstrap interval of the median of all values, resampling whole groups (``helpers.bench``:
     one group of per-round speedups per prompt, since rounds of one prompt are not independent of each other)."""

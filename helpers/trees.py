@@ -150,17 +150,23 @@ def draft_tree(head: DraftHead, features: torch.Tensor, tokens: torch.Tensor, ca
     return tree
 
 
-def accepted_depth(tree: DraftTree, continuation: Sequence[int]) -> int:
-    """Greedy tree verification: the depth of the longest root path whose tokens equal ``continuation`` (the
-    expert's greedy tokens after the root), i.e. how many drafted tokens the expert keeps; it adds one more."""
-    best, matched = 0, {-1: 0}
+def accepted_path(tree: DraftTree, continuation: Sequence[int]) -> list[int]:
+    """Greedy tree verification: the nodes of the longest root path whose tokens equal ``continuation`` (the
+    expert's greedy tokens after the root), from depth 1 down: the drafted tokens the expert keeps (it then adds
+    one token of its own)."""
+    best: list[int] = []
+    matched: dict[int, list[int]] = {-1: []}
     for i, (token, parent) in enumerate(zip(tree.tokens, tree.parents, strict=True)):
-        if parent in matched:
-            d = matched[parent]
-            if d < len(continuation) and continuation[d] == token:
-                matched[i] = d + 1
-                best = max(best, d + 1)
+        path = matched.get(parent)
+        if path is not None and len(path) < len(continuation) and continuation[len(path)] == token:
+            matched[i] = [*path, i]
+            best = max(best, matched[i], key=len)
     return best
+
+
+def accepted_depth(tree: DraftTree, continuation: Sequence[int]) -> int:
+    """How many drafted tokens greedy tree verification keeps: the length of :func:`accepted_path`."""
+    return len(accepted_path(tree, continuation))
 
 
 class TreeVerifyStep:

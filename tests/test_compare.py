@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers.compare import ends_early, mean_interval, median_interval, paired_difference, per_prompt
+from helpers.compare import ends_early, mean_interval, mean_of, median_interval, paired_difference, per_prompt
 from helpers.metrics import diversity
 
 
@@ -62,3 +62,12 @@ def test_median_interval_resamples_whole_prompts():
     assert low <= 0.5 + 1e-9 and high >= 2.0 - 1e-9
     with pytest.raises(ValueError, match="at least 2"):
         median_interval([[1.0]])
+
+
+def test_mean_of_per_prompt_values():
+    interval = mean_of([0.1, 0.2, 0.15, 0.25, 0.3])
+    assert interval.mean == pytest.approx(0.2) and 0.1 <= interval.low < 0.2 < interval.high <= 0.3
+    assert interval.excludes_zero and interval.n == 5
+    assert not mean_of([-0.2, 0.1, 0.3, -0.1]).excludes_zero
+    with pytest.raises(ValueError, match="at least 2 prompts"):
+        mean_of([0.5])

@@ -17,6 +17,7 @@ from helpers.trees import (
     TreeShape,
     TreeVerifyStep,
     accepted_depth,
+    accepted_path,
     draft_tree,
     markdown_table,
     measure,
@@ -122,6 +123,7 @@ def test_accepted_depth_is_the_longest_matching_path():
     assert accepted_depth(tree, [5, 7]) == 1
     assert accepted_depth(tree, [4, 3]) == 0
     assert accepted_depth(tree, [3]) == 1  # the continuation ends
+    assert accepted_path(tree, [3, 7, 9, 1]) == [0, 2, 4] and accepted_path(tree, [4]) == []
 
 
 def test_a_simulated_chain_keeps_what_head_speculative_keeps(expert, head, prompt):
