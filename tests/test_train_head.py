@@ -93,6 +93,10 @@ def test_pipeline_end_to_end_writes_a_loadable_head_and_its_card(teacher, tokeni
     assert 0 <= q["alpha"] <= 1 and 0 <= q["agreement"] <= 1 and q["tokens_per_call"] >= 1
     assert q["c"] > 0 and q["c_full_vocab"] > 0 and 0 < card["coverage_valid"] <= 1
     assert json.loads((out / "card.json").read_text())["command"] == "python -m helpers.train_head --toy"
+    readme = (out / "README.md").read_text()
+    assert f"| α at temperature 1 (mean β) | {q['alpha']:.3f} |" in readme
+    assert "python -m helpers.train_head --toy" in readme
+    assert f"fc [e(x_{{t+1}}); f_t] (2 x {teacher.config.hidden_size} -> {teacher.config.hidden_size})" in readme
     loaded = load_head(teacher, out)
     assert torch.equal(loaded.vocab, card["head"].vocab)
     with pytest.raises(ValueError, match="other settings"):
