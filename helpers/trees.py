@@ -243,13 +243,15 @@ def _features(expert: PreTrainedModel, ids: torch.Tensor) -> torch.Tensor:
 
 
 def tree_rounds(expert: PreTrainedModel, head: DraftHead, input_ids: torch.Tensor, continuation: Sequence[int],
-                shape: TreeShape) -> list[int]:
+                shape: TreeShape, features: torch.Tensor | None = None) -> list[int]:
     """Greedy tree decoding of ``continuation`` (the expert's greedy tokens after ``input_ids``), simulated: the
     tokens each expert call keeps, ``1 + accepted depth``; the first call reads the prompt and drafts nothing, as
-    in :func:`helpers.heads.head_speculative`. The features come from one pass over the whole sequence, which
-    in exact arithmetic equals what the real verification passes return."""
+    in :func:`helpers.heads.head_speculative`. The features come from one pass over the whole sequence (or are
+    given: ``features`` of prompt + continuation), which in exact arithmetic equals what the real verification
+    passes return."""
     full = torch.cat([input_ids[0], torch.tensor(continuation, device=input_ids.device)])
-    features = _features(expert, full[None])
+    if features is None:
+        features = _features(expert, full[None])
     cache = DynamicCache(config=head.config)
     known, kept = input_ids.shape[1], [1]
     while sum(kept) < len(continuation):
@@ -298,9 +300,12 @@ def measure(expert: PreTrainedModel, head: DraftHead, prompts: Sequence[torch.Te
         steps[f"verify {shape.name}"] = TreeVerifyStep(expert, longest, draft.tree.parents)
     times = interleaved(steps, repeats, warmup=3)
     ratio = {name: median([t / e for t, e in zip(ts, times["expert"], strict=True)]) for name, ts in times.items()}
+    features = [_features(expert, torch.cat([ids[0], torch.tensor(cont, device=ids.device)])[None])
+                for ids, cont in zip(prompts, continuations, strict=True)]
     rows = []
     for shape in tqdm(shapes, desc="tree rounds", unit="shape", disable=not progress):
-        kept = [tree_rounds(expert, head, ids, cont, shape) for ids, cont in zip(prompts, continuations, strict=True)]
+        kept = [tree_rounds(expert, head, ids, cont, shape, feats)
+                for ids, cont, feats in zip(prompts, continuations, features, strict=True)]
         tokens, calls = sum(map(sum, kept)), sum(map(len, kept))
         draft, verify = ratio[f"draft {shape.name}"], ratio[f"verify {shape.name}"]
         rows.append({"shape": asdict(shape), "name": shape.name, "tokens_per_call": tokens / calls,
