@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 OUT    ?= output
 
-.PHONY: setup models tutorial test lint lab bench notebooks clean
+.PHONY: setup models tutorial test lint lab bench notebooks gpu-pack gpu-check clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,10 +38,17 @@ bench: models  ## speed benchmark (see README)
 	$(PY) -m helpers.bench --out $(OUT)/bench.json
 
 notebooks: export BIG_SMALL_HEADLESS=1
-notebooks: models  ## maintainers: re-execute the committed notebooks in place, then strip volatile metadata
+notebooks: models  ## maintainers: re-execute the committed notebooks in place (MKL's native kernels), strip, stamp
 	cd notebooks && for nb in [0-9][0-9]_*.ipynb; do \
-		../$(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace "$$nb" || exit 1; done
+		env -u MKL_CBWR ../$(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace "$$nb" || exit 1; done
 	$(VENV)/bin/nbstripout --keep-output --keep-count notebooks/*.ipynb
+	env -u MKL_CBWR $(PY) -m helpers.tutorial --stamp
+
+gpu-pack: models  ## before a lent GPU run: split the pocket GGUF into parts that fit one transfer (helpers/gpu_check.py)
+	$(PY) -m helpers.gpu_check pack
+
+gpu-check:  ## on the lent GPU machine (its own python3 with torch): every claim and the speed protocol on CUDA
+	PYTHONPATH=build/gpu/python:. BIG_SMALL_CACHE=build/gpu/cache python3 -m helpers.gpu_check run --device cuda
 
 clean:
 	rm -rf $(OUT) .pytest_cache

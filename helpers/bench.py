@@ -59,6 +59,7 @@ from helpers.data import ARTICLE_PROMPTS, grounded_tasks, read_prompts
 from helpers.decoding import Generation, naive, prompt_lookup, speculative
 from helpers.decoding.lookup import lookup_draft
 from helpers.heads import DraftHead, HeadStep, head_speculative, load_head
+from helpers.machine import cpu_name, describe_cpu
 from helpers.models import Pair, load_pair, self_draft
 from helpers.timing import (
     ForwardStep,
@@ -115,14 +116,6 @@ Prompt = str | torch.Tensor
 def machine_info(device: torch.device | str) -> dict:
     """Library versions, threads, CPU model and device, for the JSON."""
     device = torch.device(device)
-    cpu = None
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     return {
         "torch": torch.__version__,
         "transformers": transformers.__version__,
@@ -130,7 +123,8 @@ def machine_info(device: torch.device | str) -> dict:
         "platform": platform.platform(),
         "threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
-        "cpu": cpu or platform.processor() or None,
+        "cpu": cpu_name(),
+        "cpu_kind": describe_cpu(),
         "device": str(device),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
     }

@@ -31,7 +31,7 @@ import shlex
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -41,6 +41,7 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, PreTrained
 from helpers.bench import machine_info
 from helpers.data import DATA, DISTILL_PROMPTS, DRAFT_FOLDER, PROMPTS, read_prompts
 from helpers.decoding import speculative
+from helpers.machine import fast_bf16
 from helpers.models import count_parameters, load_pair
 from helpers.timing import ForwardStep, interleaved, median
 from helpers.training import fit
@@ -76,8 +77,9 @@ class Settings:
     ce_weight: float = 0.3
     loss: str = "renormalised"
     """The soft target: see :data:`LOSSES`."""
-    autocast: bool = True
-    """Train in bfloat16 mixed precision (fast on CPUs with AVX-512 BF16 and on recent GPUs)."""
+    autocast: bool | None = None
+    """Train in bfloat16 mixed precision (True) or in fp32 (False); None: bf16 where it is the fast path
+    (:func:`helpers.machine.fast_bf16`: a GPU with bf16, a CPU with hardware bf16), fp32 elsewhere."""
     eval_prompts: int = 30
     eval_tokens: int = 32
     eval_gamma: int = 4
@@ -263,16 +265,18 @@ def student_log_probs(logq: torch.Tensor, targets: torch.Tensor, loss: str) -> t
 
 
 def distillation_loss(student: PreTrainedModel, examples: Sequence[Example], pad_id: int, ce_weight: float,
-                      autocast: bool = False, loss: str = "renormalised") -> tuple[torch.Tensor, dict[str, float]]:
+                      autocast: bool | None = False,
+                      loss: str = "renormalised") -> tuple[torch.Tensor, dict[str, float]]:
     """Cross-entropy to the teacher's top-k target (:func:`soft_targets`: renormalised, or with a rest bucket) +
     ce_weight x cross-entropy of the token the teacher wrote, averaged over generated positions. Only supervised
     positions go through the LM head; ``autocast`` runs the student in bfloat16 mixed precision (fp32 master
-    weights). The parts also report ``mass``, the student's mean probability on the teacher's top-k, beside
+    weights; None: where bf16 is fast, :func:`helpers.machine.fast_bf16`). The parts also report ``mass``, the student's mean probability on the teacher's top-k, beside
     ``teacher_mass``, the teacher's own: a student with more mass there than the teacher is over-confident."""
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
     tokens, mask, row, col, targets, target_logp, next_token = _batch(examples, pad_id)
-    with torch.autocast(student.device.type, dtype=torch.bfloat16, enabled=autocast):
+    enabled = fast_bf16(student.device) if autocast is None else autocast
+    with torch.autocast(student.device.type, dtype=torch.bfloat16, enabled=enabled):
         hidden = student.model(input_ids=tokens, attention_mask=mask).last_hidden_state[row, col]
         logits = student.lm_head(hidden)
     logq = torch.log_softmax(logits.float(), dim=-1)
@@ -360,6 +364,7 @@ def model_card(card: dict) -> str:
     """The README.md beside the weights: what the draft is, how it was made, and how good it is."""
     s, q, before = card["settings"], card["quality"], card.get("quality_before")
     shape = s["student"]
+    precision = "in bf16 autocast (fp32 master weights)" if s["autocast"] else "in fp32"
     rows = [("α (temperature 1)", "alpha", "{:.3f}"), ("greedy agreement", "agreement", "{:.3f}"),
             ("1-token step, expert (ms)", "expert_step_ms", "{:.1f}"),
             ("1-token step, draft (ms)", "draft_step_ms", "{:.1f}"), ("c = draft step / expert step", "c", "{:.3f}")]
@@ -398,7 +403,7 @@ at every position. Generation took {card['generate_seconds'] / 60:.0f} min.
 Loss: cross-entropy to the expert's {target} + {s['ce_weight']} x
 cross-entropy of the token the expert wrote. AdamW (lr {s['lr']}, warm-up {s['warmup']} steps, cosine decay),
 {s['epochs']} epochs = {last.get('step', 0)} steps of {s['train_batch']} sequences,
-{card['train_seconds'] / 60:.0f} min.
+{card['train_seconds'] / 60:.0f} min, {precision}.
 Final validation loss {last.get('valid_loss', float('nan')):.3f}, top-1 agreement with the expert on
 validation data {last.get('valid_top1', float('nan')):.3f}.
 
@@ -483,6 +488,8 @@ def run(expert: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: S
         out: Path | None, prompts_file: Path = DISTILL_PROMPTS,
         eval_file: Path = PROMPTS, command: str = "", progress: bool = True) -> dict:
     """All four stages; every stage skips what an earlier run in ``work`` already finished."""
+    if settings.autocast is None:  # the card records the precision chosen
+        settings = replace(settings, autocast=fast_bf16(expert.device))
     check_work_folder(work, settings)
     torch.manual_seed(settings.seed)
     prompts = read_prompts(prompts_file, settings.n_prompts)
@@ -527,7 +534,8 @@ def run(expert: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: S
     return card | {"student": student}
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line of ``python -m helpers.distill``."""
     parser = argparse.ArgumentParser(prog="python -m helpers.distill", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="notebook-sized run (≈ 3 min), writes no draft")
@@ -550,16 +558,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--loss", choices=LOSSES, default=None,
                         help=f"soft target: the teacher's top-k renormalised, or with a rest bucket (default "
                              f"{default.loss})")
-    parser.add_argument("--fp32-training", action="store_true", help="train in fp32 instead of bf16 autocast")
+    precision = parser.add_mutually_exclusive_group()
+    precision.add_argument("--fp32-training", dest="autocast", action="store_false", default=None,
+                           help="train in fp32 (default: bf16 autocast where bf16 is fast, fp32 elsewhere)")
+    precision.add_argument("--bf16-training", dest="autocast", action="store_true", default=None,
+                           help="train under bf16 autocast even where bf16 is emulated")
     parser.add_argument("--no-progress", action="store_true")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
     settings = copy.deepcopy(QUICK) if args.quick else Settings()
     for name, value in vars(args).items():
         if value is not None and hasattr(settings, name):
             setattr(settings, name, value)
         elif value is not None and hasattr(settings.student, name):
             setattr(settings.student, name, value)
-    settings.autocast = not args.fp32_training
     work = args.work or Path("output/distill-quick" if args.quick else "output/distill")
     out = args.out if args.out is not None or args.quick else DRAFT_FOLDER
     pair = load_pair("pocket", amateur="early-exit")

@@ -166,6 +166,27 @@ def test_pipeline_end_to_end_writes_a_loadable_draft_and_its_card(teacher, token
         assert torch.allclose(draft(ids).logits, card["student"](ids).logits, atol=5e-2)
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_the_training_precision_follows_the_machine_and_is_recorded(teacher, tokenizer, tmp_path, one_thread,
+                                                                     monkeypatch, fast):
+    """autocast=None: bf16 where bf16 is fast (helpers.machine.fast_bf16), fp32 elsewhere; the card says which."""
+    monkeypatch.setattr(distill, "fast_bf16", lambda device: fast)
+    prompt_file = tmp_path / "train.txt"
+    prompt_file.write_text("\n".join(word_prompts(12, seed=1)) + "\n")
+    card = distill.run(teacher, tokenizer, toy_settings(autocast=None, epochs=0.5), work=tmp_path / "work",
+                       out=tmp_path / "draft", prompts_file=prompt_file, eval_file=prompt_file, progress=False)
+    assert card["settings"]["autocast"] is fast
+    assert ("in bf16 autocast" if fast else "in fp32") in (tmp_path / "draft" / "README.md").read_text()
+
+
+def test_the_precision_flags_override_the_rule():
+    parse = distill.parse_args
+    assert parse([]).autocast is None
+    assert parse(["--fp32-training"]).autocast is False and parse(["--bf16-training"]).autocast is True
+    with pytest.raises(SystemExit):
+        parse(["--fp32-training", "--bf16-training"])
+
+
 def test_a_missing_draft_says_how_to_make_one(teacher, tmp_path):
     with pytest.raises(FileNotFoundError, match=r"python -m helpers\.distill"):
         distilled_draft(teacher, tmp_path)

@@ -1,0 +1,76 @@
+"""What machine this is, as far as speed and float rounding go: the CPU's name and instruction set, whether it
+has fast bf16 arithmetic, and the floating-point regime that the notebooks' outputs were computed under.
+
+"AMD EPYC" alone is not a CPU kind: the same name has covered an AVX2-only Zen 3 and a part with AVX-512 and
+bf16 instructions, with different speeds and rounding. :func:`describe_cpu` names both the model and the
+instruction set.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from functools import cache
+from pathlib import Path
+
+import torch
+
+FAST_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+"""CPU flags (``/proc/cpuinfo``) of hardware bf16 arithmetic. Without them oneDNN emulates bf16 matrix products
+(converting to fp32 and back), so bf16 autocast costs time instead of saving it: notebook 05's live distillation
+took ≈ 13 minutes under bf16 autocast on an AVX2-only AMD EPYC. The measured rule is in the README (Tests)."""
+
+
+@cache
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's ``/proc/cpuinfo`` entries (empty where there is no such file)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    entries = {}
+    for line in text.split("\n\n", 1)[0].splitlines():
+        key, _, value = line.partition(":")
+        entries[key.strip()] = value.strip()
+    return entries
+
+
+def cpu_name() -> str | None:
+    """The CPU's model name, e.g. ``"AMD EPYC"`` or ``"Intel(R) Xeon(R) Processor @ 2.60GHz"``."""
+    return _cpuinfo().get("model name") or platform.processor() or None
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags (``avx2``, ``avx512f``, ``avx512_bf16``, ...); empty where unknown."""
+    return frozenset(_cpuinfo().get("flags", "").split())
+
+
+def describe_cpu() -> str:
+    """Model and instruction set in a few words, e.g. ``"AMD EPYC (AVX512, bf16)"`` or ``"AMD EPYC (AVX2)"``."""
+    extras = ", bf16" if cpu_fast_bf16() else ""
+    return f"{cpu_name() or 'unknown CPU'} ({torch.backends.cpu.get_cpu_capability()}{extras})"
+
+
+def cpu_fast_bf16() -> bool:
+    """True where the CPU computes bf16 in hardware (:data:`FAST_BF16_FLAGS`)."""
+    return any(flag in cpu_flags() for flag in FAST_BF16_FLAGS)
+
+
+def fast_bf16(device: torch.device | str) -> bool:
+    """Whether bf16 autocast is the fast path for training on ``device``: a CUDA GPU with bf16 support, or a CPU
+    with hardware bf16 (:func:`cpu_fast_bf16`). Everywhere else fp32 is faster (and exact to fp32)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type == "cpu" and cpu_fast_bf16()
+
+
+def float_regime() -> dict[str, object]:
+    """What decides this process's float rounding: the CPU, torch's kernel set, the threads, MKL's code path.
+
+    ``mkl_cbwr`` is MKL's conditional numerical reproducibility setting: ``"native"`` when unset (MKL picks the
+    kernels of this CPU), ``"COMPATIBLE"`` for the SSE2 kernels that the test suite forces (``tests/conftest.py``).
+    """
+    return {"cpu": describe_cpu(), "capability": torch.backends.cpu.get_cpu_capability(),
+            "threads": torch.get_num_threads(), "mkl_cbwr": os.environ.get("MKL_CBWR", "native"),
+            "torch": torch.__version__}
