@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import random
 import shlex
 import sys
@@ -41,7 +42,7 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, PreTrained
 from helpers.bench import machine_info
 from helpers.data import DATA, DISTILL_PROMPTS, DRAFT_FOLDER, PROMPTS, read_prompts
 from helpers.decoding import speculative
-from helpers.machine import fast_bf16
+from helpers.machine import describe_cpu, fast_bf16
 from helpers.models import count_parameters, load_pair
 from helpers.timing import ForwardStep, interleaved, median
 from helpers.training import fit
@@ -270,8 +271,9 @@ def distillation_loss(student: PreTrainedModel, examples: Sequence[Example], pad
     """Cross-entropy to the teacher's top-k target (:func:`soft_targets`: renormalised, or with a rest bucket) +
     ce_weight x cross-entropy of the token the teacher wrote, averaged over generated positions. Only supervised
     positions go through the LM head; ``autocast`` runs the student in bfloat16 mixed precision (fp32 master
-    weights; None: where bf16 is fast, :func:`helpers.machine.fast_bf16`). The parts also report ``mass``, the student's mean probability on the teacher's top-k, beside
-    ``teacher_mass``, the teacher's own: a student with more mass there than the teacher is over-confident."""
+    weights; None: where bf16 is fast, :func:`helpers.machine.fast_bf16`). The parts also report ``mass``, the
+    student's mean probability on the teacher's top-k, beside ``teacher_mass``, the teacher's own: a student with
+    more mass there than the teacher is over-confident."""
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
     tokens, mask, row, col, targets, target_logp, next_token = _batch(examples, pad_id)
@@ -315,6 +317,35 @@ def validate(student: PreTrainedModel, valid: Sequence[Example], pad_id: int, se
             sums[key] = sums.get(key, 0.0) + value
     student.train(was_training)
     return {key: sums.get(key, 0.0) / max(1, len(batches)) for key in ("loss", "top1", "mass", "teacher_mass")}
+
+
+def time_precisions(expert: PreTrainedModel, settings: Settings, repeats: int = 8, seed: int = 0) -> dict:
+    """Seconds of one training step (forward, backward, AdamW) of the student under bf16 autocast and in fp32,
+    interleaved, on a batch of ``settings.train_batch`` random sequences of the run's shape: the measurement behind
+    :func:`helpers.machine.fast_bf16` (``python -m helpers.distill --time-precision FILE``). oneDNN reads
+    ``ONEDNN_MAX_CPU_ISA`` at start-up, so one CPU can also play one without bf16 instructions (``AVX512_CORE``)
+    or without AVX-512 (``AVX2``); the result records it."""
+    g = torch.Generator().manual_seed(seed)
+    vocab, k, n = expert.config.vocab_size, settings.top_k, settings.max_new_tokens
+    batch = [Example(tokens=torch.randint(0, vocab, (12 + i % 8 + n,), generator=g), first=11 + i % 8,
+                     topk_ids=torch.randint(0, vocab, (n, k), generator=g),
+                     topk_logp=torch.log_softmax(torch.randn(n, k, generator=g), -1))
+             for i in range(settings.train_batch)]
+    students = {"bf16 autocast": True, "fp32": False}
+    models = {name: make_student(expert, settings.student, seed) for name in students}
+    optimizers = {name: torch.optim.AdamW(model.parameters(), lr=settings.lr) for name, model in models.items()}
+
+    def step(name: str) -> None:
+        loss, _ = distillation_loss(models[name], batch, 0, settings.ce_weight, students[name], settings.loss)
+        optimizers[name].zero_grad()
+        loss.backward()
+        optimizers[name].step()
+
+    times = interleaved({name: lambda name=name: step(name) for name in students}, repeats, warmup=2)
+    return {"cpu": describe_cpu(), "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", "native"),
+            "mkl_cbwr": os.environ.get("MKL_CBWR", "native"), "threads": torch.get_num_threads(),
+            "train_batch": settings.train_batch, "max_new_tokens": n, "repeats": repeats,
+            "median_s": {name: median(t) for name, t in times.items()}, "raw_s": times}
 
 
 # ----------------------------------------------------------------------------------------- 3. evaluate
@@ -563,12 +594,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                            help="train in fp32 (default: bf16 autocast where bf16 is fast, fp32 elsewhere)")
     precision.add_argument("--bf16-training", dest="autocast", action="store_true", default=None,
                            help="train under bf16 autocast even where bf16 is emulated")
+    parser.add_argument("--time-precision", type=Path, default=None, metavar="FILE",
+                        help="train nothing: time one --quick training step in bf16 autocast and fp32, and add the "
+                             "result to FILE (JSON, one entry per ONEDNN_MAX_CPU_ISA setting)")
     parser.add_argument("--no-progress", action="store_true")
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.time_precision:
+        result = time_precisions(load_pair("pocket").expert, QUICK)
+        runs = json.loads(args.time_precision.read_text()) if args.time_precision.exists() else {}
+        runs[result["onednn_max_cpu_isa"]] = result
+        args.time_precision.write_text(json.dumps({"command": "python -m helpers.distill --time-precision "
+                                                   f"{args.time_precision}", **runs}, indent=1) + "\n")
+        print(json.dumps(result["median_s"]))
+        return
     settings = copy.deepcopy(QUICK) if args.quick else Settings()
     for name, value in vars(args).items():
         if value is not None and hasattr(settings, name):

@@ -16,9 +16,12 @@ from pathlib import Path
 import torch
 
 FAST_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-"""CPU flags (``/proc/cpuinfo``) of hardware bf16 arithmetic. Without them oneDNN emulates bf16 matrix products
-(converting to fp32 and back), so bf16 autocast costs time instead of saving it: notebook 05's live distillation
-took ≈ 13 minutes under bf16 autocast on an AVX2-only AMD EPYC. The measured rule is in the README (Tests)."""
+"""CPU flags (``/proc/cpuinfo``) of hardware bf16 arithmetic. Without them oneDNN emulates bf16 matrix products,
+and bf16 autocast costs time instead of saving it. Measured with ``python -m helpers.distill --time-precision``
+(one run each, one AMD EPYC with avx512_bf16 whose oneDNN was limited by ``ONEDNN_MAX_CPU_ISA`` to play the
+other kinds; ``data/results/precision-epyc-avx512-bf16.json``), one training step of notebook 05's student:
+bf16 0.58 s vs fp32 0.76 s with bf16 instructions, 1.10 s vs 0.68 s with AVX-512 but without them (an Intel Xeon
+without AMX), 27 s vs 0.71 s with AVX2 only (an AMD EPYC Zen 3)."""
 
 
 @cache

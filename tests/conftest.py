@@ -102,3 +102,11 @@ def random_head(expert: LlamaForCausalLM, vocab: list[int] | None = None, seed: 
         for parameter in head.parameters():
             parameter.mul_(scale)
     return head.eval()
+
+
+def output_fields(cell: dict) -> list[str]:
+    """What nbval compares first: the kinds of a cell's outputs (a stream by its name; consecutive writes to one
+    stream count once, as a kernel may flush them in several pieces)."""
+    kinds = [o.get("name", o["output_type"]) if o["output_type"] == "stream" else o["output_type"]
+             for o in cell.get("outputs", [])]
+    return [kind for i, kind in enumerate(kinds) if i == 0 or kind != kinds[i - 1]]

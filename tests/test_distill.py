@@ -179,6 +179,13 @@ def test_the_training_precision_follows_the_machine_and_is_recorded(teacher, tok
     assert ("in bf16 autocast" if fast else "in fp32") in (tmp_path / "draft" / "README.md").read_text()
 
 
+def test_both_training_precisions_are_timed_and_recorded(teacher, one_thread, monkeypatch):
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    result = distill.time_precisions(teacher, toy_settings(), repeats=2)
+    assert set(result["median_s"]) == {"bf16 autocast", "fp32"} and all(v > 0 for v in result["median_s"].values())
+    assert all(len(t) == 2 for t in result["raw_s"].values()) and result["onednn_max_cpu_isa"] == "AVX2"
+
+
 def test_the_precision_flags_override_the_rule():
     parse = distill.parse_args
     assert parse([]).autocast is None
