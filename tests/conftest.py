@@ -3,7 +3,7 @@
 The suite runs MKL in its conditional-numerical-reproducibility mode ``MKL_CBWR=COMPATIBLE`` (set here, before
 torch loads MKL; the notebook kernels nbval starts inherit it). Its kernels round differently from the native ones
 that recorded the committed notebooks (:func:`helpers.machine.float_regime`), so every nbval run compares the
-committed outputs with outputs computed under another floating-point regime, on any CPU.
+committed outputs with outputs computed under another floating-point regime, whatever CPU runs it.
 """
 
 from __future__ import annotations
