@@ -31,3 +31,17 @@ def test_runs_numbered_notebooks_with_parameters(tmp_path, monkeypatch, capsys):
 def test_parameter_values_are_python_literals_where_possible():
     assert tutorial._literal("3") == 3 and tutorial._literal("[1, 4]") == [1, 4]
     assert tutorial._literal("gpt2") == "gpt2" and tutorial._literal("None") is None
+
+
+def test_stamp_records_the_float_regime_in_the_notebook_metadata(tmp_path, monkeypatch):
+    from helpers.machine import float_regime
+
+    nb = nbformat.v4.new_notebook()
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    nbformat.write(nb, folder / "00_demo.ipynb")
+    monkeypatch.setattr(tutorial, "NOTEBOOKS", folder)
+    assert tutorial.recorded_regime(folder / "00_demo.ipynb") is None
+    assert tutorial.main(["--stamp"]) == 0
+    assert tutorial.recorded_regime(folder / "00_demo.ipynb") == float_regime()
+    assert nbformat.read(folder / "00_demo.ipynb", as_version=4).cells == nb.cells, "only the metadata changes"
