@@ -35,8 +35,8 @@ COLAB_SHIPS = ("torch", "numpy", "matplotlib", "ipykernel", "ipywidgets", "paper
 SUPPORTED_TAGS = {str(tag) for tag in sys_tags()}
 RUNS = {
     "00_meet_the_models.ipynb": {"TOP_K": 5},
-    "01_naive_decoding.ipynb": {"MAX_NEW_TOKENS": 16},
-    "02_contrastive_decoding.ipynb": {"MAX_NEW_TOKENS": 16},
+    "01_naive_decoding.ipynb": {"MAX_NEW_TOKENS": 16, "LOOP_TOKENS": 32, "LOOP_PROMPTS": 2},
+    "02_contrastive_decoding.ipynb": {"MAX_NEW_TOKENS": 16, "SWEEP_TOKENS": 12},
     "03_speculative_decoding.ipynb": {"MAX_NEW_TOKENS": 16, "GAMMA": 2, "N_EXACTNESS_RUNS": 1000},
     "04_evaluation.ipynb": {"MAX_NEW_TOKENS": 12, "N_PROMPTS": 1, "GAMMAS": [1, 2]},
     "05_train_your_own_draft.ipynb": {"N_PROMPTS": 32, "MAX_NEW_TOKENS": 16, "EPOCHS": 1.0, "EVAL_PROMPTS": 3},
