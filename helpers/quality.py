@@ -105,13 +105,15 @@ def summary(rows: Sequence[dict], *, with_prompt: bool = False) -> dict[str, dic
     return out
 
 
-def markdown_table(table: dict[str, dict[str, tuple[float, float]]], metrics: Sequence[str] | None = None) -> str:
-    """Metrics as rows, methods as columns, mean ± std (the shape of the source article's results)."""
+def markdown_table(table: dict[str, dict[str, tuple[float, float]]], metrics: Sequence[str] | None = None, *,
+                   spread: bool = True) -> str:
+    """Metrics as rows, methods as columns, mean ± std (the shape of the source article's results); ``spread=False``
+    shows the means alone (one continuation per method has no spread to show)."""
     methods = list(table)
     metrics = metrics or [m for m in METRICS if m in next(iter(table.values()))]
     lines = ["| metric | " + " | ".join(methods) + " |", "|---|" + "---:|" * len(methods)]
     for metric in metrics:
-        cells = [f"{table[m][metric][0]:.3f} ± {table[m][metric][1]:.3f}" for m in methods]
+        cells = [f"{table[m][metric][0]:.3f}" + (f" ± {table[m][metric][1]:.3f}" if spread else "") for m in methods]
         lines.append(f"| {metric} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -83,7 +83,7 @@ class HeadSettings:
 
 
 QUICK = HeadSettings(n_prompts=96, batch_size=32, max_new_tokens=32, draft_vocab=2048, epochs=3.0, train_batch=8,
-                     warmup=5, eval_prompts=6, eval_tokens=24, timing_repeats=10)
+                     warmup=5, eval_prompts=4, eval_tokens=16, timing_repeats=10)
 """The ``--quick`` run of notebook 07 (a few minutes on two CPU cores)."""
 
 

@@ -40,6 +40,8 @@ def test_summary_and_table(rows):
     text = markdown_table(table)
     assert text.splitlines()[0].startswith("| metric | sampling T=1")
     assert "| perplexity |" in text and " ± " in text
+    means = markdown_table(table, spread=False)
+    assert " ± " not in means and means.splitlines()[:2] == text.splitlines()[:2]
     assert set(summary(rows, with_prompt=True)["greedy"]) >= {"entropy-1", "diversity"}
 
 
