@@ -4,7 +4,8 @@ decoding equals greedy decoding").
 Greedy speculative decoding emits the expert's argmax at every position, so in exact arithmetic its output equals
 greedy decoding token for token. A computer does not compute exactly: the verification pass feeds γ+1 tokens at
 once, and a matrix-matrix product sums in another order than the 1-token step of greedy decoding. In fp32 the
-difference (around 1e-6) never flips an argmax in practice. In bf16 or fp16 (what ``load_pair`` picks on a GPU)
+difference (around 1e-6) has flipped no argmax on any prompt the tests and notebooks try (an observation, not a
+guarantee). In bf16 or fp16 (what ``load_pair`` picks on a GPU)
 one rounding step of a logit is about 0.1, and where the expert's two best tokens are that close, the two ways of
 computing can pick different tokens; from there on the texts part ways. :func:`greedy_agreement` tells the two
 cases apart: identical, or identical up to a near-tie that rounding explains.
@@ -20,7 +21,8 @@ from transformers import PreTrainedModel
 
 
 def exact_arithmetic(model: PreTrainedModel) -> bool:
-    """True for fp32/fp64 weights, where greedy speculative output equals greedy output token for token."""
+    """True for fp32/fp64 weights: the precisions in which greedy speculative output is expected (and checked) to equal
+    greedy output token for token; guaranteed only in exact arithmetic, observed in fp32 on every prompt tested."""
     return next(model.parameters()).dtype in (torch.float32, torch.float64)
 
 

@@ -76,10 +76,10 @@ def exact_pair():
     ({"temperature": 0.7}, 1, 2),                # the bonus token is the second token
 ])
 def test_speculative_matches_expert_distribution(tiny_pair, prompt, one_thread, warp, gamma, max_new_tokens):
-    """The real draws (not scripted ones) give the expert's distribution of the first two tokens: in one round
-    (γ = 2), across the bonus token (γ = 1), and never a token outside the top-k. (Plain temperature 1 at γ = 2 is
-    not run separately: the draws are the same two functions whatever the warp, and the exact enumeration proves
-    every warp's round.)"""
+    """The real draws (not scripted ones) give the expert's distribution of the first two tokens: with two
+    drafts judged in one expert pass (γ = 2), across the bonus token (γ = 1), and never a token outside the top-k.
+    (Plain temperature 1 at γ = 2 is not run separately: the draws are the same two functions whatever the warp,
+    and the exact enumeration proves every warp's round.)"""
     expert, amateur = tiny_pair
     exact = exact_first_two(expert, prompt, **warp)
     counts = first_two_counts(lambda g: speculative(

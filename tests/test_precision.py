@@ -1,4 +1,5 @@
-"""helpers.precision: greedy speculative = greedy in exact arithmetic; in half precision, up to a near-tie."""
+"""helpers.precision: greedy speculative = greedy in fp32 (as in exact arithmetic); in half precision, up to a
+near-tie."""
 
 from __future__ import annotations
 
