@@ -38,7 +38,7 @@ RUNS = {
     "01_naive_decoding.ipynb": {"MAX_NEW_TOKENS": 12, "LOOP_TOKENS": 32, "LOOP_PROMPTS": 1},
     "02_contrastive_decoding.ipynb": {"MAX_NEW_TOKENS": 12, "SWEEP_TOKENS": 8},
     "03_speculative_decoding.ipynb": {"MAX_NEW_TOKENS": 12, "GAMMA": 2, "N_EXACTNESS_RUNS": 1000},
-    "04_evaluation.ipynb": {"MAX_NEW_TOKENS": 8, "N_PROMPTS": 1, "GAMMAS": [1, 2]},
+    "04_evaluation.ipynb": {"MAX_NEW_TOKENS": 16, "N_PROMPTS": 1, "GAMMAS": [1, 2]},
     "05_train_your_own_draft.ipynb": {"N_PROMPTS": 32, "MAX_NEW_TOKENS": 16, "EPOCHS": 1.0, "EVAL_PROMPTS": 2,
                                       "EVAL_TOKENS": 12},
     "06_beyond.ipynb": {"MAX_NEW_TOKENS": 16, "REPEATS": 1, "SELF_DRAFT_DTYPE": "float32"},
