@@ -192,6 +192,12 @@ class HeadDrafter:
             self.calls += 1
 
 
+def check_attached(head: DraftHead, expert: PreTrainedModel) -> None:
+    """Refuse a head that does not share this expert's embedding (it reads the expert's features and tokens)."""
+    if head.embedding is None or head.embedding.data_ptr() != expert.get_input_embeddings().weight.data_ptr():
+        raise ValueError("the head is not attached to this expert: use load_head(expert) or head.attach(expert)")
+
+
 def head_speculative(expert: PreTrainedModel, head: DraftHead, input_ids: torch.Tensor, *, max_new_tokens: int,
                      gamma: int = 4, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
                      generator: torch.Generator | None = None, eos_token_id: EosIds = None,
@@ -207,8 +213,7 @@ def head_speculative(expert: PreTrainedModel, head: DraftHead, input_ids: torch.
                  generator=generator, rollback=True)
     _check_pair_args(gamma=gamma)
     check_confidence_threshold(confidence_threshold)
-    if head.embedding is None or head.embedding.data_ptr() != expert.get_input_embeddings().weight.data_ptr():
-        raise ValueError("the head is not attached to this expert: use load_head(expert) or head.attach(expert)")
+    check_attached(head, expert)
     exp = CachedModel(expert, input_ids, keep_features=True)
     drafter = HeadDrafter(head, exp, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator,
                           confidence_threshold=confidence_threshold)

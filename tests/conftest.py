@@ -47,6 +47,16 @@ def tiny_pair() -> tuple[LlamaForCausalLM, LlamaForCausalLM]:
     return tiny_llama(0, layers=2), tiny_llama(1)
 
 
+EXACT_VOCAB = 6
+
+
+@pytest.fixture(scope="session")
+def exact_pair() -> tuple[LlamaForCausalLM, LlamaForCausalLM]:
+    """(expert, amateur) over 6 tokens, in float64, for the exact checks: every draft path is enumerated (6^γ), and
+    after [1, 2, 3] their top-3 tokens overlap, so that at T=0.7, top-k=3 drafts are accepted and rejected too."""
+    return tiny_llama(2, layers=2, vocab=EXACT_VOCAB).double(), tiny_llama(3, vocab=EXACT_VOCAB).double()
+
+
 @pytest.fixture
 def one_thread():
     """Tiny models run fastest on one thread (no OpenMP hand-offs for 16x16 matrices)."""

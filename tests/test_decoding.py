@@ -41,7 +41,6 @@ LOOKUP_PROMPT = torch.tensor([[2, 8, 7, 2]])
 """Its last token 2 occurred before, followed by 8 7: prompt lookup drafts [8, 7] at once. The tiny expert's
 p(8 | prompt) = 0.23 (its favourite), so the draft is accepted about a quarter of the time, rejected otherwise."""
 LOOKUP_RUNS = 3_000
-EXACT_VOCAB = 6
 EXACT_TOLERANCE = 1e-6
 """The exact one-round check: TV between a round continued by the expert and the expert alone, float rounding only
 (2e-8 .. 5e-8 here)."""
@@ -61,13 +60,6 @@ def exact_id(value):
 def deep():
     """A 6-layer tiny model whose DoLa steps contrast with several different early layers."""
     return tiny_llama(5, layers=6)
-
-
-@pytest.fixture(scope="module")
-def exact_pair():
-    """(expert, amateur) over 6 tokens, in float64, for the exact checks: every draft path is enumerated (6^γ), and
-    after [1, 2, 3] their top-3 tokens overlap, so that at T=0.7, top-k=3 drafts are accepted and rejected too."""
-    return tiny_llama(2, layers=2, vocab=EXACT_VOCAB).double(), tiny_llama(3, vocab=EXACT_VOCAB).double()
 
 
 # ------------------------------------------------------------------------------------------ exactness

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import random_head, tiny_llama
+from conftest import EXACT_VOCAB, random_head, tiny_llama
 
 from helpers.decoding import naive
 from helpers.decoding.core import CachedModel
 from helpers.heads import head_speculative, load_head
 from helpers.stats import exact_distribution, round_error
-
-EXACT_VOCAB = 6
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Six ways to decode, each with a KV cache, each returning a :class:`Generation`; one module per notebook.
+"""Seven ways to decode, each with a KV cache, each returning a :class:`Generation`; one module per notebook.
 
 * :func:`naive` -- one model, one token per forward pass (notebook 01): greedy, temperature, top-k, top-p.
 * :func:`contrastive` -- Li et al. 2022, "Contrastive Decoding" (notebook 02): among the tokens the expert finds
@@ -12,6 +12,9 @@
   (notebook 06): one model; among its top-k tokens, trade probability against similarity to the context.
 * :func:`dola` -- Chuang et al. 2023, "DoLa: Decoding by Contrasting Layers" (notebook 06): one model; its final
   layer is the expert, the early layer it disagrees with most is the amateur.
+* :func:`speculative_contrastive` -- Yuan et al. 2023, "Speculative Contrastive Decoding" (notebook 08): the
+  amateur drafts and supplies the contrast; the expert verifies against the contrastive distribution p_cd
+  (O'Brien & Lewis 2023's logit form), exactly as :func:`contrastive_sample` draws from it token by token.
 
 Where they live (every public name is also importable from ``helpers.decoding`` itself):
 
@@ -22,7 +25,9 @@ Where they live (every public name is also importable from ``helpers.decoding`` 
 * :mod:`~helpers.decoding.speculation` -- speculative decoding (03): the verification loop for any drafter, and
   the amateur as drafter;
 * :mod:`~helpers.decoding.lookup` and :mod:`~helpers.decoding.one_model` -- prompt lookup, contrastive search and
-  DoLa (06).
+  DoLa (06);
+* :mod:`~helpers.decoding.speculative_contrast` -- both at once (08): the contrastive target, its plain sampler and
+  its speculative loop.
 
 Notation follows Leviathan et al.: **p is the expert (target), q the amateur (draft)**.
 ``temperature=0`` means greedy everywhere. Every function takes a (1, T) LongTensor prompt and returns only the
@@ -51,9 +56,16 @@ from helpers.decoding.one_model import (
     jensen_shannon,
 )
 from helpers.decoding.speculation import Proposer, SpecIteration, draft_and_verify, speculative
+from helpers.decoding.speculative_contrast import (
+    ContrastiveModel,
+    contrastive_logits,
+    contrastive_sample,
+    speculative_contrastive,
+)
 
-__all__ = ["CachedModel", "Candidate", "ContrastiveScores", "ContrastiveStep", "DolaStep", "EosIds", "Generation",
-           "Proposer", "SearchStep", "SpecIteration", "Stats", "bernoulli", "check_inputs", "contrastive",
-           "contrastive_scores", "contrastive_search", "dola", "dola_low_layers", "draft_and_verify",
-           "jensen_shannon", "lookup_draft", "naive", "penalize_repetition", "probabilities", "prompt_lookup",
-           "sample", "speculative"]
+__all__ = ["CachedModel", "Candidate", "ContrastiveModel", "ContrastiveScores", "ContrastiveStep", "DolaStep", "EosIds",
+           "Generation", "Proposer", "SearchStep", "SpecIteration", "Stats", "bernoulli", "check_inputs",
+           "contrastive", "contrastive_logits", "contrastive_sample", "contrastive_scores", "contrastive_search",
+           "dola", "dola_low_layers", "draft_and_verify", "jensen_shannon", "lookup_draft", "naive",
+           "penalize_repetition", "probabilities", "prompt_lookup", "sample", "speculative",
+           "speculative_contrastive"]

@@ -23,6 +23,9 @@ class Stats:
 
     expert_calls: int = 0
     amateur_calls: int = 0
+    head_calls: int = 0
+    """Draft-head forward passes where a head drafts beside an amateur (notebook 08); a head alone counts as the
+    amateur."""
     proposed: int = 0
     accepted: int = 0
     accepted_per_iteration: list[int] = field(default_factory=list)

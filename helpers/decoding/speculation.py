@@ -54,7 +54,8 @@ Proposer = Callable[[int], tuple[list[int], Sequence[torch.Tensor] | torch.Tenso
 
 def draft_and_verify(exp: CachedModel, propose: Proposer, *, max_new_tokens: int, gamma: int, temperature: float,
                       top_k: int | None, top_p: float | None, generator: torch.Generator | None,
-                      eos: frozenset[int]) -> Generation:
+                      eos: frozenset[int], target: Callable[[torch.Tensor], torch.Tensor] | None = None
+                      ) -> Generation:
     """Leviathan et al. Algorithm 1 with any drafter: the loop of :func:`speculative` and :func:`prompt_lookup`.
 
     Each round: ``propose`` drafts up to γ tokens x_i with distributions q_i; the expert scores prefix + drafts in
@@ -62,6 +63,9 @@ def draft_and_verify(exp: CachedModel, propose: Proposer, *, max_new_tokens: int
     at the first rejection a token is drawn from norm(max(0, p_i - q_i)) and the round ends; if all drafts are
     accepted a bonus token is drawn from p_{n+1}. Whatever q is, the output is distributed exactly as sampling
     from p (Appendix A.1). The expert's cache is cropped back to the accepted prefix after a rejection.
+
+    ``target`` maps the expert's logits at the n + 1 judged positions to the distributions p the round judges and
+    draws by (notebook 08: the contrastive p_cd); None: the expert's own, ``probabilities(logits, T, top_k, top_p)``.
     """
     new: list[int] = []
     stats = Stats()
@@ -72,7 +76,8 @@ def draft_and_verify(exp: CachedModel, propose: Proposer, *, max_new_tokens: int
         n_draft = len(draft)
         # 2. Verify: one expert forward pass over the unseen prefix + all drafts -> p_1 .. p_{n_draft+1}.
         exp.append(draft)
-        ps = probabilities(exp.logits(keep=n_draft + 1), temperature, top_k, top_p)
+        logits = exp.logits(keep=n_draft + 1)
+        ps = probabilities(logits, temperature, top_k, top_p) if target is None else target(logits)
         # 3. Accept or reject the drafts in order.
         n_accepted, last_token, last_kind = 0, None, "none"
         for i, x in enumerate(draft):
