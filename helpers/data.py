@@ -14,6 +14,10 @@ ARTICLE_PROMPTS = DATA / "article_prompts.txt"
 """The source article's five prompts (notebooks 01-04, ``helpers.bench``)."""
 PROMPTS = DATA / "prompts.txt"
 """60 held-out open-ended prompts (notebook 04, ``helpers.quality``, the draft's evaluation)."""
+EVAL_PROMPTS = DATA / "eval_prompts.txt"
+"""50 chat-style requests (code, emails, how-to, lists, explanations, summaries of a given text) held out by
+construction: no topic, head noun or template of the training prompts (tested). For speed and acceptance numbers,
+with the chat template and EOS on."""
 DISTILL_PROMPTS = DATA / "distill_prompts.txt"
 """5,147 training prompts for the distilled draft (``helpers.distill``), disjoint from the held-out ones."""
 PASSAGE = DATA / "passage.txt"
