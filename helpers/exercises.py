@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import torch
 
-from helpers.decoding import contrastive_scores, lookup_draft, probabilities
+from helpers.decoding import contrastive_logits, contrastive_scores, lookup_draft, probabilities
 from helpers.metrics import distinct_n
 from helpers.timing import expected_tokens, predicted_speedup
 from helpers.trees import DraftTree, accepted_depth, tree_attention
@@ -244,4 +244,44 @@ def check_accepted_depth(fn: Callable[[list[int], list[int], list[int]], int]) -
             f"tree tokens={tokens}, parents={parents}, continuation={continuation}: expected {expected}, got {got}. "
             "Walk down from the root: at each depth move to the child whose token is the expert's next token; stop "
             "when no child matches")
+    _ok(what)
+
+
+# --------------------------------------------------------------------------------------- notebook 08
+def check_p_cd(fn: Callable[[torch.Tensor, torch.Tensor, float, float], torch.Tensor]) -> None:
+    """08, exercise 1: ``fn(expert_logits, amateur_logits, beta_cd, alpha_cd)`` -> p_cd at temperature 1."""
+    what = "the contrastive target p_cd"
+    if _pending(fn(_random_logits(50), _random_logits(51), 0.5, 0.1), what):
+        return
+    for seed, beta_cd, alpha_cd in ((0, 0.5, 0.1), (1, 1.0, 0.1), (2, 0.0, 0.3), (3, 2.0, 0.01)):
+        expert_logits, amateur_logits = _random_logits(60 + seed), _random_logits(70 + seed)
+        expected = probabilities(contrastive_logits(expert_logits, amateur_logits, beta=beta_cd, alpha=alpha_cd))
+        got = torch.as_tensor(fn(expert_logits, amateur_logits, beta_cd, alpha_cd), dtype=torch.float32)
+        assert got.shape == expected.shape, f"return one probability per token: shape {tuple(expected.shape)}"
+        assert abs(float(got.sum()) - 1) < 1e-4, "p_cd must sum to 1: a softmax over the scores, -inf outside V_head"
+        assert torch.equal(got > 0, expected > 0), (
+            "p_cd is positive exactly on V_head = {x : p(x) >= α_CD · max p}: compare the expert's probabilities "
+            "(after a softmax) with α_CD times their maximum, and give every other token the score -inf")
+        assert torch.allclose(got, expected, atol=1e-5), (
+            "inside V_head the score is (1 + β_CD)·log p(x) − β_CD·log q(x), with p and q the two softmaxes (not "
+            "the raw logits minus each other before the softmax)")
+    _ok(what)
+
+
+CONTRAST_EXAMPLE = {"p": (0.5, 0.3, 0.2), "q": (0.6, 0.3, 0.1), "beta_cd": 1.0, "alpha_cd": 0.1}
+"""08, exercise 2: one position over three tokens, all inside V_head."""
+
+
+def check_contrast_overlap(answer: float | None) -> None:
+    """08, exercise 2: Σ_x min(p_cd(x), q(x)) for :data:`CONTRAST_EXAMPLE`."""
+    what = "acceptance under the contrast"
+    if _pending(answer, what):
+        return
+    p, q = (torch.tensor(CONTRAST_EXAMPLE[k]) for k in ("p", "q"))
+    p_cd = probabilities(contrastive_logits(p.log(), q.log(), beta=CONTRAST_EXAMPLE["beta_cd"],
+                                            alpha=CONTRAST_EXAMPLE["alpha_cd"]))
+    expected = float(torch.minimum(p_cd, q).sum())
+    assert math.isclose(float(answer), expected, abs_tol=1e-3), (
+        "p_cd ∝ p^(1+β_CD) / q^β_CD = p² / q here; normalise it, then add up min(p_cd(x), q(x)) over the three "
+        f"tokens (got {float(answer):.4f})")
     _ok(what)

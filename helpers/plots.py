@@ -109,6 +109,29 @@ def speculative_iterations(tokenizer, iterations: Sequence[SpecIteration], *, ti
     return fig
 
 
+def contrastive_round(tokenizer, rows: Sequence[dict], *, title: str = "") -> Figure:
+    """Notebook 08: one round of speculative contrastive decoding. Per drafted position, the drafted token's
+    probability under the expert (p), the amateur that drew it (q) and the contrastive target (p_cd); the bar
+    label says whether the expert accepted it (with probability min(1, p_cd / q)), rejected it or never judged it."""
+    fig, ax = plt.subplots(figsize=(2.2 * len(rows) + 2.5, 3.4))
+    width = 0.26
+    for k, (key, color) in enumerate((("p", "#4c72b0"), ("q", "#dd8452"), ("p_cd", "#55a868"))):
+        ax.bar([i + (k - 1) * width for i in range(len(rows))], [row[key] for row in rows], width, color=color,
+               label={"p": "p (expert)", "q": "q (amateur, drew it)", "p_cd": "p_cd (target)"}[key])
+    ax.set_xticks(range(len(rows)), [f"{i + 1} · {show_token(tokenizer, row['token'])}\n{row['kind']}"
+                                     for i, row in enumerate(rows)], fontsize=8)
+    for i, row in enumerate(rows):
+        if row["kind"] != "unused":
+            ax.text(i, max(row["p"], row["q"], row["p_cd"]) + 0.03, f"keep {min(1.0, row['p_cd'] / row['q']):.2f}",
+                    ha="center", fontsize=8)
+    ax.set_ylim(0, 1.1)
+    ax.set_ylabel("probability of the drafted token")
+    ax.legend(fontsize=8, loc="upper right")
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
 def distribution_check(exact: torch.Tensor, samples: dict[str, torch.Tensor], labels: Sequence[str], *,
                        title: str = "") -> Figure:
     """Notebook 03: the exact distribution as bars, each sampler's empirical frequencies as markers."""

@@ -82,3 +82,26 @@ def test_accepted_depth_that_follows_the_first_child_only(capsys):
         exercises.check_accepted_depth(first_child)
     exercises.check_tree_mask(lambda parents: None)
     assert "not attempted yet" in capsys.readouterr().out
+
+
+def test_p_cd_without_the_mask_or_from_raw_logits():
+    def unmasked(e, a, beta_cd, alpha_cd):
+        return torch.softmax((1 + beta_cd) * torch.log_softmax(e, -1) - beta_cd * torch.log_softmax(a, -1), -1)
+
+    with pytest.raises(AssertionError, match="V_head"):
+        exercises.check_p_cd(unmasked)
+
+    def logits_first(e, a, beta_cd, alpha_cd):
+        score = (1 + beta_cd) * e - beta_cd * a * 1.5  # not the log-softmax of the amateur
+        score[torch.softmax(e, -1) < alpha_cd * torch.softmax(e, -1).max()] = -torch.inf
+        return torch.softmax(score, -1)
+
+    with pytest.raises(AssertionError, match="two softmaxes"):
+        exercises.check_p_cd(logits_first)
+
+
+def test_contrast_overlap_with_p_instead_of_p_cd(capsys):
+    exercises.check_contrast_overlap(None)
+    assert "not attempted" in capsys.readouterr().out
+    with pytest.raises(AssertionError, match="p² / q"):
+        exercises.check_contrast_overlap(0.9)

@@ -1,15 +1,17 @@
 """Speculative contrastive decoding, Yuan et al. 2023 (arXiv 2311.08981) (notebook 08): one small model both drafts
 and supplies the contrast; the expert verifies the drafts against the *contrastive* distribution in one pass.
 
-The target is the logit form of contrastive decoding of O'Brien & Lewis 2023 (arXiv 2309.09117, Section 2.1):
+The target is the logit form of contrastive decoding of O'Brien & Lewis 2023 (arXiv 2309.09117):
 
-    s_cd(x) = (1 + β) · log p_exp(x) − β · log p_ama,τ(x)   for x in V_head = {x : p_exp(x) ≥ α_CD · max_w p_exp(w)},
-    s_cd(x) = −∞                                           elsewhere,
+    s_cd(x) = (1 + β_CD) · log p_exp(x) − β_CD · log p_ama,τ(x)   for x in V_head = {x : p_exp(x) ≥ α_CD · max p_exp},
+    s_cd(x) = −∞                                                 elsewhere,
 
 and p_cd = softmax(s_cd / T), filtered by top-k / top-p like any other distribution (:func:`probabilities`).
 O'Brien & Lewis write raw logits where this module writes log-probabilities; the two differ by a constant per
-position, so they give the same p_cd and the same argmax. β = 0 is the expert restricted to V_head. Li et al.'s
-greedy objective of notebook 02, argmax over V_head of log p_exp − log p_ama, is the limit β → ∞ (of s_cd / β):
+position, so they give the same p_cd and the same argmax. O'Brien & Lewis write β for the contrast strength; this
+project writes β_CD (β is the acceptance probability Σ min(p, q), notebook 00's notation) and the code keeps
+``beta=``. β_CD = 0 is the expert restricted to V_head. Li et al.'s greedy objective of notebook 02, argmax over
+V_head of log p_exp − log p_ama, is the limit β_CD → ∞ (of s_cd / β_CD):
 ``beta=math.inf`` uses exactly that score, and greedy decoding over it picks :func:`~helpers.decoding.contrastive`'s
 tokens.
 
@@ -48,13 +50,13 @@ from helpers.decoding.speculation import draft_and_verify
 
 def check_beta(beta: float) -> None:
     if not (_is_number(beta) and beta >= 0):
-        raise ValueError(f"beta must be a number >= 0 (0: the expert; O'Brien & Lewis use 0.5; math.inf: Li et al.'s "
-                         f"objective of notebook 02), got {beta!r}")
+        raise ValueError(f"beta (β_CD, the contrast strength) must be a number >= 0 (0: the expert; O'Brien & Lewis "
+                         f"use 0.5; math.inf: Li et al.'s objective of notebook 02), got {beta!r}")
 
 
 def contrastive_logits(expert_logits: torch.Tensor, amateur_logits: torch.Tensor, *, beta: float = 0.5,
                        alpha: float = 0.1, amateur_temperature: float = 1.0) -> torch.Tensor:
-    """s_cd = (1 + β) · log p_exp − β · log p_ama,τ on V_head, −∞ elsewhere (O'Brien & Lewis 2023, Section 2.1);
+    """s_cd = (1 + β_CD) · log p_exp − β_CD · log p_ama,τ on V_head, −∞ elsewhere (O'Brien & Lewis 2023);
     ``beta=math.inf``: log p_exp − log p_ama,τ on V_head (Li et al. Eq. (3)-(4), notebook 02). Any leading shape;
     the last dimension is the vocabulary. ``probabilities(s_cd, T, top_k, top_p)`` is p_cd."""
     cd = contrastive_scores(expert_logits, amateur_logits, alpha, amateur_temperature)
@@ -99,7 +101,7 @@ def contrastive_sample(expert: PreTrainedModel, amateur: PreTrainedModel, input_
     must match): each step, both models read the last token (KV-cached), and the next token is drawn from
     p_cd = probabilities(s_cd, T, top_k, top_p) (``temperature=0``: its argmax). Costs one expert and one amateur
     step per token, like notebook 02's :func:`~helpers.decoding.contrastive`, which it equals at T = 0 and
-    β = ∞."""
+    β_CD = ∞."""
     _check(expert, amateur, input_ids, max_new_tokens, beta=beta, alpha=alpha,
            amateur_temperature=amateur_temperature, temperature=temperature, top_k=top_k, top_p=top_p,
            generator=generator, rollback=False)

@@ -1,0 +1,294 @@
+"""Notebook 08's measurements: speculative contrastive decoding (SCD) against plain contrastive decoding (CD) and
+greedy decoding with the expert alone, on the held-out evaluation prompts (``data/eval_prompts.txt``, chat
+template, EOS on).
+
+``python -m helpers.scd --out data/results/scd-pocket-<cpu>.json`` writes one JSON with its command, settings and
+machine, and every raw number:
+
+* **acceptance** (counts, not timings): at temperature 1, α under the expert's p and under p_cd for the distilled
+  draft and the draft head (notebook 07), α by draft depth and tokens per expert call (:func:`acceptance`);
+* **speed** (this CPU only): greedy decoding, greedy CD and greedy SCD with the draft, every configuration run once
+  per prompt and round in an order shuffled anew for each round, after one warm-up run of each; the raw seconds
+  of every run, the other processes' load before every prompt, and the texts (:func:`timed_runs`); the costs c and
+  r(γ) of the cost model on every prompt (:func:`costs`). SCD runs with the draft and with the head as drafter
+  (the amateur supplying the contrast).
+
+:func:`summary` turns the raw file into what notebook 08 prints: time per token, paired speedups with 95 %
+bootstrap intervals over prompts (none from fewer than :data:`MIN_PROMPTS`), the cost model's prediction, and the
+quality comparison (CD's text against the expert's, paired by prompt).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from helpers.bench import machine_info
+from helpers.compare import Interval, mean_of
+from helpers.data import EVAL_PROMPTS, read_prompts
+from helpers.decoding import (
+    Generation,
+    SpecIteration,
+    contrastive_sample,
+    naive,
+    probabilities,
+    speculative,
+    speculative_contrastive,
+)
+from helpers.heads import DraftHead, head_speculative, load_head
+from helpers.metrics import perplexity, text_metrics
+from helpers.models import Pair, load_pair
+from helpers.timing import cost_ratios, others_busy_cores
+
+MIN_PROMPTS = 20
+"""The fewest prompts an interval is printed from."""
+CD = {"beta": 0.5, "alpha": 0.1}
+"""O'Brien & Lewis's β and α_CD, for both CD and SCD."""
+
+
+@torch.no_grad()
+def round_rows(expert: torch.nn.Module, input_ids: torch.Tensor, it: SpecIteration, temperature: float) -> list[dict]:
+    """The picture of one round (notebook 08) that started right after ``input_ids``: per drafted token, its
+    probability under the expert's own p (one extra expert pass, for the picture only), under q (which drew it)
+    and under p_cd (which judged it), and whether it was accepted, rejected or never judged."""
+    draft = torch.tensor([it.draft], dtype=torch.long, device=input_ids.device)
+    logits = expert(torch.cat([input_ids, draft], dim=1)).logits[0, input_ids.shape[1] - 1:-1]
+    p = probabilities(logits, temperature)
+    return [{"token": x, "p": float(p[i, x]), "q": it.q_draft[i], "p_cd": it.p_draft[i],
+             "kind": "accepted" if i < it.n_accepted else "rejected" if i == it.n_accepted else "unused"}
+            for i, x in enumerate(it.draft)]
+
+
+def depth_acceptance(runs: Sequence[Generation]) -> list[float]:
+    """α_k: of the draft tokens judged at depth k (the k-th token of a round's draft), the share accepted. A token
+    is judged when every token before it in its draft was accepted."""
+    judged: dict[int, int] = {}
+    accepted: dict[int, int] = {}
+    for run in runs:
+        for it in run.trace:
+            for k in range(1, min(len(it.draft), it.n_accepted + 1) + 1):
+                judged[k] = judged.get(k, 0) + 1
+                accepted[k] = accepted.get(k, 0) + (k <= it.n_accepted)
+    return [accepted[k] / judged[k] for k in sorted(judged)]
+
+
+def acceptance(pair: Pair, head: DraftHead, prompts: Sequence[torch.Tensor], *, gamma: int, max_new_tokens: int,
+               seed: int = 0) -> dict[str, dict]:
+    """α (mean β), α by depth and tokens per expert call at T = 1 for four drafter/target combinations: the
+    draft or the head drafting, judged by the expert's p (notebooks 03, 07) or by p_cd (SCD)."""
+    def decoders(ids: torch.Tensor, g: torch.Generator) -> dict[str, Callable[[], Generation]]:
+        common = {"max_new_tokens": max_new_tokens, "gamma": gamma, "temperature": 1.0, "generator": g,
+                  "eos_token_id": pair.eos_token_id}
+        return {
+            "draft, p": lambda: speculative(pair.expert, pair.amateur, ids, **common),
+            "draft, p_cd": lambda: speculative_contrastive(pair.expert, pair.amateur, ids, **CD, **common),
+            "head, p": lambda: head_speculative(pair.expert, head, ids, **common),
+            "head, p_cd": lambda: speculative_contrastive(pair.expert, pair.amateur, ids, head=head, **CD, **common),
+        }
+
+    runs: dict[str, list[Generation]] = {}
+    for i, ids in enumerate(prompts):
+        for name, decode in decoders(ids, torch.Generator().manual_seed(seed * 1009 + i)).items():
+            runs.setdefault(name, []).append(decode())
+    return {name: {"alpha_per_prompt": [r.stats.mean_beta for r in rs],
+                   "alpha_by_depth": depth_acceptance(rs),
+                   "tokens_per_call": sum(len(r.new_token_ids) for r in rs) / sum(r.stats.expert_calls for r in rs)}
+            for name, rs in runs.items()}
+
+
+def finite(values: Sequence[float]) -> list[float]:
+    """The values that are numbers: a run that ended before drafting anything (EOS first) has no α (NaN)."""
+    return [v for v in values if not math.isnan(v)]
+
+
+def paired_alpha(acceptance: dict[str, dict], a: str, b: str) -> Interval:
+    """α(a) − α(b), prompt by prompt, with its 95 % interval over prompts (prompts where either run drafted nothing
+    are left out)."""
+    pairs = zip(acceptance[a]["alpha_per_prompt"], acceptance[b]["alpha_per_prompt"], strict=True)
+    return mean_of([x - y for x, y in pairs if not (math.isnan(x) or math.isnan(y))])
+
+
+def acceptance_summary(acceptance: dict[str, dict]) -> tuple[dict[str, Interval], dict[str, Interval]]:
+    """The mean α of every drafter/target combination with its 95 % interval over prompts, and the paired
+    differences notebook 08 reads: each drafter's drop α(p) − α(p_cd), and the head minus the draft under p_cd."""
+    alphas = {name: mean_of(finite(entry["alpha_per_prompt"])) for name, entry in acceptance.items()}
+    return alphas, {"draft: p − p_cd": paired_alpha(acceptance, "draft, p", "draft, p_cd"),
+                    "head: p − p_cd": paired_alpha(acceptance, "head, p", "head, p_cd"),
+                    "p_cd: head − draft": paired_alpha(acceptance, "head, p_cd", "draft, p_cd")}
+
+
+def timed_runs(configs: dict[str, Callable[[torch.Tensor], Generation]], prompts: Sequence[torch.Tensor], *,
+               rounds: int, seed: int = 0, progress: bool = True) -> list[dict]:
+    """Every configuration once per prompt and round, in an order shuffled for every round; one warm-up run of each
+    configuration on the first prompt before anything is timed. One record per timed run (raw seconds, tokens,
+    expert and amateur calls, the order it ran in, the other processes' load measured before the prompt)."""
+    rng = random.Random(seed)
+    for decode in configs.values():
+        decode(prompts[0])
+    records = []
+    for i, ids in enumerate(prompts):
+        busy = others_busy_cores(0.3)
+        for round_ in range(rounds):
+            order = list(configs)
+            rng.shuffle(order)
+            for position, name in enumerate(order):
+                start = time.perf_counter()
+                run = configs[name](ids)
+                seconds = time.perf_counter() - start
+                records.append({"prompt": i, "round": round_, "position": position, "config": name,
+                                "seconds": seconds, "tokens": run.new_token_ids, "expert_calls": run.stats.expert_calls,
+                                "amateur_calls": run.stats.amateur_calls, "others_busy_cores": busy})
+        if progress:
+            print(f"prompt {i + 1}/{len(prompts)} done", file=sys.stderr, flush=True)
+    return records
+
+
+def costs(pair: Pair, prompts: Sequence[torch.Tensor], gamma: int, repeats: int) -> dict[str, list[float]]:
+    """c (draft step / expert step) and r(γ) (an expert pass over γ + 1 tokens / an expert step), per prompt."""
+    cs, rs = [], []
+    for ids in prompts:
+        c, r = cost_ratios(pair.expert, pair.amateur, ids, gammas=[gamma], repeats=repeats)
+        cs.append(c)
+        rs.append(r[gamma])
+    return {"c": cs, "r": rs}
+
+
+def per_prompt_seconds(records: Sequence[dict], config: str) -> dict[int, float]:
+    """Each prompt's median seconds over rounds for one configuration."""
+    by_prompt: dict[int, list[float]] = {}
+    for rec in records:
+        if rec["config"] == config:
+            by_prompt.setdefault(rec["prompt"], []).append(rec["seconds"])
+    return {i: float(np.median(s)) for i, s in by_prompt.items()}
+
+
+def speedup(records: Sequence[dict], slow: str, fast: str):
+    """Paired by prompt: the mean over prompts of time(slow) / time(fast) per token, each time the median over
+    rounds, with its 95 % bootstrap interval over prompts (refused below :data:`MIN_PROMPTS` prompts)."""
+    a, b = per_prompt_seconds(records, slow), per_prompt_seconds(records, fast)
+    tokens = {(r["prompt"], r["config"]): len(r["tokens"]) for r in records}
+    ratios = [(a[i] / tokens[i, slow]) / (b[i] / tokens[i, fast]) for i in a if i in b]
+    if len(ratios) < MIN_PROMPTS:
+        raise ValueError(f"{len(ratios)} prompts: an interval needs at least {MIN_PROMPTS}")
+    return mean_of(ratios)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--prompts", type=int, default=MIN_PROMPTS, help="every other evaluation prompt, this many")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--acceptance-tokens", type=int, default=64)
+    parser.add_argument("--gamma", type=int, default=2)
+    parser.add_argument("--head-gamma", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--cost-repeats", type=int, default=5)
+    parser.add_argument("--only-costs", action="store_true",
+                        help="re-measure only c and r(γ) into an existing --out file (on an otherwise idle machine)")
+    parser.add_argument("--retime", type=lambda text: [int(i) for i in text.split(",")], default=None,
+                        help="re-time these prompts (e.g. 0,1) of an existing --out file, keeping the replaced records "
+                             "under 'disturbed_runs' (for prompts another process disturbed)")
+    args = parser.parse_args(argv)
+    command = "python -m helpers.scd " + " ".join(sys.argv[1:] if argv is None else argv)
+    pair, started = load_pair("pocket"), time.time()
+    head = load_head(pair.expert)
+    texts = read_prompts(EVAL_PROMPTS)[::2][:args.prompts]
+    prompts = [pair.encode_chat(t) for t in texts]
+    if args.only_costs:
+        result = json.loads(args.out.read_text())
+        result["costs"] = costs(pair, prompts, result["settings"]["gamma"], args.cost_repeats)
+        result["costs_command"] = command
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        return
+    n, eos = args.max_new_tokens, pair.eos_token_id
+    configs = {
+        "greedy": lambda ids: naive(pair.expert, ids, max_new_tokens=n, temperature=0, eos_token_id=eos),
+        "CD": lambda ids: contrastive_sample(pair.expert, pair.amateur, ids, max_new_tokens=n, temperature=0,
+                                             eos_token_id=eos, **CD),
+        "SCD": lambda ids: speculative_contrastive(pair.expert, pair.amateur, ids, max_new_tokens=n, temperature=0,
+                                                   gamma=args.gamma, eos_token_id=eos, **CD),
+        "SCD, head": lambda ids: speculative_contrastive(pair.expert, pair.amateur, ids, max_new_tokens=n,
+                                                         temperature=0, gamma=args.head_gamma, eos_token_id=eos,
+                                                         head=head, **CD),
+    }
+    if args.retime is not None:
+        result = json.loads(args.out.read_text())
+        redone = [{**rec, "prompt": i} for i in args.retime
+                  for rec in timed_runs(configs, [prompts[i]], rounds=result["settings"]["rounds"], seed=i)]
+        result["disturbed_runs"] = [rec for rec in result["runs"] if rec["prompt"] in args.retime]
+        result["runs"] = [rec for rec in result["runs"] if rec["prompt"] not in args.retime] + redone
+        result["retime_command"] = command
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        print(json.dumps(summary(result), indent=1, default=str))
+        return
+    result = {
+        "command": command,
+        "settings": {**vars(args), "out": str(args.out), "cd": CD, "prompts_file": EVAL_PROMPTS.name,
+                     "prompt_selection": "every other line, from the first", "chat_template": True, "eos": True},
+        "machine": machine_info(pair.device),
+        "prompts": texts,
+    }
+    result["acceptance"] = acceptance(pair, head, prompts, gamma=args.head_gamma, max_new_tokens=args.acceptance_tokens)
+    result["costs"] = costs(pair, prompts, args.gamma, args.cost_repeats)
+    result["runs"] = timed_runs(configs, prompts, rounds=args.rounds)
+    result["decoded"] = {name: [pair.decode(next(r["tokens"] for r in result["runs"]
+                                                 if r["prompt"] == i and r["config"] == name and r["round"] == 0))
+                                for i in range(len(prompts))] for name in configs}
+    result["perplexity"] = {name: [perplexity(pair.expert, ids, next(r["tokens"] for r in result["runs"]
+                                                                       if r["prompt"] == i and r["config"] == name))
+                                   for i, ids in enumerate(prompts)] for name in ("greedy", "CD")}
+    result["seconds"] = time.time() - started
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    if len(prompts) >= MIN_PROMPTS:
+        print(json.dumps(summary(result), indent=1, default=str))
+    else:
+        print(f"{args.out} written; no summary from fewer than {MIN_PROMPTS} prompts", file=sys.stderr)
+
+
+def summary(result: dict) -> dict:
+    """What notebook 08 prints, from a result file: speedups with intervals, the cost model, identity, quality."""
+    runs, cost = result["runs"], result["costs"]
+    first = {(r["prompt"], r["config"]): r for r in runs if r["round"] == 0}
+    n_prompts = len(result["prompts"])
+    identical = sum(first[i, "SCD"]["tokens"] == first[i, "CD"]["tokens"] for i in range(n_prompts))
+    scd = [r for r in runs if r["config"] == "SCD"]
+    per_call = sum(len(r["tokens"]) for r in scd) / sum(r["expert_calls"] for r in scd)
+    c, r_gamma, gamma = float(np.median(cost["c"])), float(np.median(cost["r"])), result["settings"]["gamma"]
+    round_cost = gamma * c + r_gamma + c  # γ draft steps, one verification pass, the extra amateur step
+    quality = {}
+    for metric in ("diversity", "rep-2", "distinct-2"):
+        diffs = [text_metrics_of(result, i, "CD")[metric] - text_metrics_of(result, i, "greedy")[metric]
+                 for i in range(n_prompts)]
+        quality[metric] = mean_of(diffs)
+    quality["perplexity"] = mean_of([a - b for a, b in zip(result["perplexity"]["CD"], result["perplexity"]["greedy"],
+                                                           strict=True)])
+    return {
+        "prompts": n_prompts,
+        "scd_equals_cd": identical,
+        "speedup": {"SCD vs CD": speedup(runs, "CD", "SCD"), "SCD vs greedy": speedup(runs, "greedy", "SCD"),
+                    "CD vs greedy": speedup(runs, "greedy", "CD"), "SCD, head vs CD": speedup(runs, "CD", "SCD, head"),
+                    "SCD, head vs greedy": speedup(runs, "greedy", "SCD, head")},
+        "tokens_per_call": per_call, "c": c, "r": r_gamma,
+        "predicted": {"SCD vs greedy": per_call / round_cost, "SCD vs CD": per_call * (1 + c) / round_cost,
+                      "CD vs greedy": 1 / (1 + c)},
+        "quality": quality,
+    }
+
+
+def text_metrics_of(result: dict, prompt: int, config: str) -> dict[str, float]:
+    """The lexical metrics of notebook 04 for one prompt's first-round text."""
+    return text_metrics(result["decoded"][config][prompt])
+
+
+if __name__ == "__main__":
+    main()

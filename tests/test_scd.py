@@ -1,0 +1,107 @@
+"""helpers.scd (notebook 08's measurements): acceptance by depth, the shuffled timing protocol, intervals only from
+enough prompts, the summary a notebook prints, the picture of one round."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import random_head
+
+from helpers import scd
+from helpers.decoding import Generation, SpecIteration, Stats, speculative_contrastive
+
+
+def generation(rounds: list[tuple[int, int]]) -> Generation:
+    """A generation whose rounds drafted n tokens and kept k of them, for each (n, k)."""
+    trace = [SpecIteration(list(range(n)), [0.5] * n, [0.5] * n, k, 0, "resampled") for n, k in rounds]
+    return Generation([0] * sum(k + 1 for _, k in rounds), Stats(expert_calls=len(rounds)), trace)
+
+
+def test_acceptance_by_depth_counts_only_judged_tokens():
+    """Depth 1 is judged in every round that drafted; depth k only after k - 1 acceptances."""
+    runs = [generation([(3, 0), (3, 3), (3, 1)]), generation([(2, 2), (0, 0)])]
+    assert scd.depth_acceptance(runs) == [3 / 4, 2 / 3, 1.0]
+
+
+def test_acceptance_summary_pairs_prompts_and_skips_runs_without_drafts():
+    nan = float("nan")
+    per_prompt = {"draft, p": [0.5, 0.4, nan], "draft, p_cd": [0.3, 0.3, 0.2], "head, p": [0.6, 0.6, 0.6],
+                  "head, p_cd": [0.5, 0.4, 0.6]}
+    acceptance = {name: {"alpha_per_prompt": values} for name, values in per_prompt.items()}
+    alphas, drops = scd.acceptance_summary(acceptance)
+    assert alphas["draft, p"].n == 2 and alphas["draft, p"].mean == pytest.approx(0.45)
+    assert drops["draft: p − p_cd"].n == 2 and drops["draft: p − p_cd"].mean == pytest.approx(0.15)
+    assert drops["head: p − p_cd"].mean == pytest.approx(0.1)
+    assert drops["p_cd: head − draft"].mean == pytest.approx(0.7 / 3)
+
+
+def test_timed_runs_shuffle_the_order_every_round_and_warm_up_each_configuration():
+    calls = []
+
+    def config(name):
+        def run(ids):
+            calls.append(name)
+            return Generation([1, 2], Stats(expert_calls=1))
+        return run
+
+    configs = {name: config(name) for name in "abcd"}
+    records = scd.timed_runs(configs, [torch.tensor([[1]])] * 3, rounds=4, progress=False)
+    assert calls[:4] == list("abcd"), "one warm-up run of every configuration first"
+    assert len(records) == 3 * 4 * 4
+    orders = {tuple(r["config"] for r in records if (r["prompt"], r["round"]) == key)
+              for key in {(r["prompt"], r["round"]) for r in records}}
+    assert len(orders) > 1, "the order changes between rounds"
+    assert all(sorted(order) == list("abcd") for order in orders)
+    assert {"seconds", "tokens", "expert_calls", "others_busy_cores", "position"} <= set(records[0])
+
+
+def fake_result(n_prompts: int) -> dict:
+    """Records in which CD takes 3 s, SCD 2 s, greedy 2.5 s per 10 tokens, the same text for CD and SCD."""
+    runs = [{"prompt": i, "round": r, "config": name, "seconds": seconds * (1 + 0.01 * i), "tokens": list(range(10)),
+             "expert_calls": 10 if name != "SCD" else 5, "amateur_calls": 0}
+            for i in range(n_prompts) for r in range(2)
+            for name, seconds in (("greedy", 2.5), ("CD", 3.0), ("SCD", 2.0), ("SCD, head", 2.2))]
+    texts = [f"text number {i} about nothing in particular" for i in range(n_prompts)]
+    return {"prompts": texts, "runs": runs, "settings": {"gamma": 2},
+            "costs": {"c": [0.2] * n_prompts, "r": [1.5] * n_prompts},
+            "decoded": {"greedy": texts, "CD": texts, "SCD": texts},
+            "perplexity": {"greedy": [2.0] * n_prompts, "CD": [3.0] * n_prompts}}
+
+
+def test_summary_pairs_by_prompt_and_predicts_from_the_cost_model():
+    s = scd.summary(fake_result(20))
+    assert s["scd_equals_cd"] == 20
+    assert s["speedup"]["SCD vs CD"].mean == pytest.approx(1.5)
+    assert s["speedup"]["SCD vs greedy"].mean == pytest.approx(1.25)
+    assert s["speedup"]["SCD, head vs CD"].mean == pytest.approx(3.0 / 2.2)
+    assert s["tokens_per_call"] == pytest.approx(2.0)
+    assert s["predicted"]["SCD vs greedy"] == pytest.approx(2.0 / (2 * 0.2 + 1.5 + 0.2))
+    assert s["predicted"]["SCD vs CD"] == pytest.approx(2.0 * 1.2 / (2 * 0.2 + 1.5 + 0.2))
+    assert s["quality"]["perplexity"].mean == pytest.approx(1.0)
+    assert s["quality"]["diversity"].mean == pytest.approx(0.0)
+
+
+def test_no_interval_from_fewer_than_twenty_prompts():
+    with pytest.raises(ValueError, match="at least 20"):
+        scd.summary(fake_result(19))
+
+
+def test_acceptance_of_both_drafters_on_tiny_models(tiny_text_pair):
+    head = random_head(tiny_text_pair.expert, [0, 2, 3, 5, 7, 9, 10, 11], seed=4, scale=1.5)
+    prompts = [torch.tensor([[1, 2, 3]]), torch.tensor([[4, 5]])]
+    result = scd.acceptance(tiny_text_pair, head, prompts, gamma=2, max_new_tokens=6)
+    assert set(result) == {"draft, p", "draft, p_cd", "head, p", "head, p_cd"}
+    for entry in result.values():
+        assert len(entry["alpha_per_prompt"]) == 2 and all(0 <= a <= 1 for a in scd.finite(entry["alpha_per_prompt"]))
+        assert entry["tokens_per_call"] >= 1
+
+
+def test_the_round_picture_reads_the_trace(tiny_pair, prompt):
+    expert, amateur = tiny_pair
+    run = speculative_contrastive(expert, amateur, prompt, max_new_tokens=4, gamma=3,
+                                  generator=torch.Generator().manual_seed(1))
+    it = run.trace[0]
+    rows = scd.round_rows(expert, prompt, it, temperature=1.0)
+    assert [row["token"] for row in rows] == it.draft
+    assert [row["kind"] for row in rows][:it.n_accepted] == ["accepted"] * it.n_accepted
+    assert all(0 <= row["p"] <= 1 and row["q"] > 0 for row in rows)
