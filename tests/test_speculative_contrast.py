@@ -222,7 +222,8 @@ def test_bad_input_is_refused_with_a_clear_message(tiny_pair, prompt, change, er
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    ({"beta": -0.5}, "beta must be a number >= 0"), ({"beta": "0.5"}, "beta"), ({"beta": True}, "beta"),
+    ({"beta": -0.5}, r"beta \(β_CD, the contrast strength\) must be a number >= 0"), ({"beta": "0.5"}, "beta"),
+    ({"beta": True}, "beta"),
     ({"alpha": 0.0}, "alpha"), ({"amateur_temperature": 0}, "amateur_temperature"),
 ])
 def test_bad_knobs_are_refused(tiny_pair, prompt, change, message):
