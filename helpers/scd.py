@@ -265,11 +265,10 @@ def summary(result: dict) -> dict:
     per_call = sum(len(r["tokens"]) for r in scd) / sum(r["expert_calls"] for r in scd)
     c, r_gamma, gamma = float(np.median(cost["c"])), float(np.median(cost["r"])), result["settings"]["gamma"]
     round_cost = gamma * c + r_gamma + c  # γ draft steps, one verification pass, the extra amateur step
-    quality = {}
-    for metric in ("diversity", "rep-2", "distinct-2"):
-        diffs = [text_metrics_of(result, i, "CD")[metric] - text_metrics_of(result, i, "greedy")[metric]
-                 for i in range(n_prompts)]
-        quality[metric] = mean_of(diffs)
+    metrics = {name: [text_metrics(text) for text in result["decoded"][name]] for name in ("CD", "greedy")}
+    quality = {metric: mean_of([cd[metric] - greedy[metric] for cd, greedy in zip(metrics["CD"], metrics["greedy"],
+                                                                                 strict=True)])
+               for metric in ("diversity", "rep-2", "distinct-2")}
     quality["perplexity"] = mean_of([a - b for a, b in zip(result["perplexity"]["CD"], result["perplexity"]["greedy"],
                                                            strict=True)])
     return {
@@ -283,11 +282,6 @@ def summary(result: dict) -> dict:
                       "CD vs greedy": 1 / (1 + c)},
         "quality": quality,
     }
-
-
-def text_metrics_of(result: dict, prompt: int, config: str) -> dict[str, float]:
-    """The lexical metrics of notebook 04 for one prompt's first-round text."""
-    return text_metrics(result["decoded"][config][prompt])
 
 
 if __name__ == "__main__":
