@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 OUT    ?= output
 
-.PHONY: setup models tutorial test lint lab bench notebooks gpu-pack gpu-check clean
+.PHONY: setup models tutorial test lint lab bench speed notebooks gpu-pack gpu-check clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,8 +34,11 @@ lint: setup
 lab: models  ## JupyterLab on the repository
 	$(VENV)/bin/jupyter lab --notebook-dir=.
 
-bench: models  ## speed benchmark (see README)
+bench: models  ## speed benchmark of every method on the article's raw prompts (see README)
 	$(PY) -m helpers.bench --out $(OUT)/bench.json
+
+speed: models  ## the speed protocol: both learned drafters on held-out chat requests, about 75 min on 2 cores (README)
+	$(PY) -m helpers.speed --out $(OUT)/speed.json
 
 notebooks: export BIG_SMALL_HEADLESS=1
 notebooks: models  ## maintainers: re-execute the committed notebooks in place (MKL's native kernels), strip, stamp

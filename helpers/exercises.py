@@ -78,18 +78,18 @@ def check_cd_choice(fn: Callable[[torch.Tensor, torch.Tensor, float], int]) -> N
         got = int(fn(e, a, alpha))
         if got == int((torch.log_softmax(e, -1) - torch.log_softmax(a, -1)).argmax()) and got != expected:
             raise AssertionError("you maximised the score over *all* tokens: first drop the tokens with "
-                                 "p_exp < α · max p_exp (the plausibility mask)")
+                                 "p_exp < α_CD · max p_exp (the plausibility mask)")
         assert got == expected, ("score = log p_exp − log p_ama (log-softmax of each model's logits), "
-                                 "argmax over the tokens with p_exp ≥ α · max p_exp")
+                                 "argmax over the tokens with p_exp ≥ α_CD · max p_exp")
     _ok(what)
 
 
 def check_alpha_for_greedy(alpha: float | None) -> None:
-    """02, exercise 2: the α for which contrastive decoding always equals greedy decoding of the expert."""
-    what = "α that makes CD greedy"
+    """02, exercise 2: the α_CD for which contrastive decoding always equals greedy decoding of the expert."""
+    what = "α_CD that makes CD greedy"
     if _pending(alpha, what):
         return
-    assert math.isclose(alpha, 1.0), ("look at V_head = {x : p_exp(x) ≥ α · max p_exp}: for which α does it "
+    assert math.isclose(alpha, 1.0), ("look at V_head = {x : p_exp(x) ≥ α_CD · max p_exp}: for which α_CD does it "
                                       "contain only the expert's favourite token?")
     _ok(what)
 

@@ -61,7 +61,7 @@ def contrastive_step(tokenizer, step: ContrastiveStep, *, alpha: float, title: s
     top.bar([i - 0.2 for i in x], [c.p_exp for c in cands], 0.4, label="p_exp (expert)", color=COLORS["expert"])
     top.bar([i + 0.2 for i in x], [c.p_ama for c in cands], 0.4, label="p_ama (amateur, at τ)",
             color=COLORS["amateur"])
-    top.axhline(alpha * cands[0].p_exp, color="k", ls="--", lw=1, label=f"α · max p_exp (α = {alpha})")
+    top.axhline(alpha * cands[0].p_exp, color="k", ls="--", lw=1, label=f"α_CD · max p_exp (α_CD = {alpha})")
     top.set_ylabel("probability")
     top.legend(fontsize=8)
     colors = [COLORS["accepted"] if c.token_id == step.chosen else
@@ -178,7 +178,7 @@ def kv_cache_states(gamma: int = 4, accepted: int = 1, prompt_len: int = 3) -> F
         raise ValueError(f"accepted must be in 0..gamma-1 (a rejected draft needs one to reject), got {accepted}")
     styles = {"cached": ("#9ecae1", None), "kept": (COLORS["accepted"], None), "cropped": ("white", "//"),
               "next": ("white", None), "never": (COLORS["unused"], None)}
-    labels = [f"p{i + 1}" for i in range(prompt_len)] + [f"x{i + 1}" for i in range(gamma)]
+    labels = [f"t{i + 1}" for i in range(prompt_len)] + [f"x{i + 1}" for i in range(gamma)]
 
     def row(kind: str, scenario: str) -> list[str]:
         fed = gamma if kind == "expert" else gamma - 1  # drafts whose keys and values were computed
@@ -195,7 +195,7 @@ def kv_cache_states(gamma: int = 4, accepted: int = 1, prompt_len: int = 3) -> F
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 2.8), sharey=True)
     for ax, scenario in zip(axes, ("rejected", "accepted"), strict=True):
-        last = "r" if scenario == "rejected" else "b"
+        last = "y" if scenario == "rejected" else "b"
         for y, kind in enumerate(("expert", "amateur")):
             for x, (state, label) in enumerate(zip(row(kind, scenario), [*labels, last], strict=True)):
                 face, hatch = styles[state]
@@ -206,7 +206,7 @@ def kv_cache_states(gamma: int = 4, accepted: int = 1, prompt_len: int = 3) -> F
         ax.set_ylim(-0.2, 2.0)
         ax.set_yticks([1.4, 0.4], ["expert", "amateur"])
         ax.set_xticks([])
-        ax.set_title(f"draft x{accepted + 1} rejected, r resampled" if scenario == "rejected"
+        ax.set_title(f"draft x{accepted + 1} rejected, y resampled" if scenario == "rejected"
                      else "all γ drafts accepted, bonus b", fontsize=10)
     handles = [Patch(facecolor=styles["cached"][0], edgecolor="black", label="prompt (cached)"),
                Patch(facecolor=styles["kept"][0], edgecolor="black", label="accepted draft (cached)"),
@@ -300,6 +300,26 @@ def forward_cost(costs: dict[int, float], *, title: str = "") -> Figure:
     ax.set_xlabel("tokens in one forward pass (a verification pass: γ + 1)")
     ax.set_ylabel("cost in 1-token steps")
     ax.legend()
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def forward_cost_by_context(by_context: dict[int, dict[int, tuple[float, float, float]]], *, title: str = "") -> Figure:
+    """Notebook 04: the cost of a pass over n tokens in 1-token steps at several context lengths (the prompt, +32,
+    +64 tokens), each the median over prompts with its smallest and largest prompt shaded
+    (:func:`helpers.speed.forward_cost_by_context`)."""
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for (extra, costs), color in zip(sorted(by_context.items()), plt.cm.viridis([0.1, 0.5, 0.85]), strict=False):
+        ns = sorted(costs)
+        ax.plot(ns, [costs[n][0] for n in ns], "o-", ms=3, color=color, label=f"prompt + {extra} tokens")
+        ax.fill_between(ns, [costs[n][1] for n in ns], [costs[n][2] for n in ns], color=color, alpha=0.15)
+    ns = sorted(next(iter(by_context.values())))
+    ax.plot(ns, [1.0] * len(ns), "--", color="grey", label="free (r = 1)")
+    ax.set_ylim(0, 4.0)
+    ax.set_xlabel("tokens in one forward pass (a verification pass: γ + 1)")
+    ax.set_ylabel("cost in 1-token steps")
+    ax.legend(fontsize=8)
     ax.set_title(title)
     fig.tight_layout()
     return fig

@@ -7,9 +7,9 @@ machine, and every raw number:
 
 * **acceptance** (counts, not timings): at temperature 1, α under the expert's p and under p_cd for the distilled
   draft and the draft head (notebook 07), α by draft depth and tokens per expert call (:func:`acceptance`);
-* **speed** (this CPU only): greedy decoding, greedy CD and greedy SCD with the draft, every configuration run once
-  per prompt and round in an order shuffled anew for each round, after one warm-up run of each; the raw seconds
-  of every run, the other processes' load before every prompt, and the texts (:func:`timed_runs`); the costs c and
+* **speed** (this CPU only): greedy decoding, greedy CD and greedy SCD with the draft, timed with the tutorial's
+  protocol (:mod:`helpers.protocol`: warm-up, an order shuffled anew every round, raw records with the other
+  processes' load, intervals only from :data:`MIN_PROMPTS` prompts); the costs c and
   r(γ) of the cost model on every prompt (:func:`costs`). SCD runs with the draft and with the head as drafter
   (the amateur supplying the contrast).
 
@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import random
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -47,10 +46,9 @@ from helpers.decoding import (
 from helpers.heads import DraftHead, head_speculative, load_head
 from helpers.metrics import perplexity, text_metrics
 from helpers.models import Pair, load_pair
-from helpers.timing import cost_ratios, others_busy_cores
+from helpers.protocol import MIN_PROMPTS, depth_acceptance, round_counts, speedup, timed_runs
+from helpers.timing import cost_ratios
 
-MIN_PROMPTS = 20
-"""The fewest prompts an interval is printed from."""
 CD = {"beta": 0.5, "alpha": 0.1}
 """O'Brien & Lewis's β and α_CD, for both CD and SCD."""
 
@@ -66,19 +64,6 @@ def round_rows(expert: torch.nn.Module, input_ids: torch.Tensor, it: SpecIterati
     return [{"token": x, "p": float(p[i, x]), "q": it.q_draft[i], "p_cd": it.p_draft[i],
              "kind": "accepted" if i < it.n_accepted else "rejected" if i == it.n_accepted else "unused"}
             for i, x in enumerate(it.draft)]
-
-
-def depth_acceptance(runs: Sequence[Generation]) -> list[float]:
-    """α_k: of the draft tokens judged at depth k (the k-th token of a round's draft), the share accepted. A token
-    is judged when every token before it in its draft was accepted."""
-    judged: dict[int, int] = {}
-    accepted: dict[int, int] = {}
-    for run in runs:
-        for it in run.trace:
-            for k in range(1, min(len(it.draft), it.n_accepted + 1) + 1):
-                judged[k] = judged.get(k, 0) + 1
-                accepted[k] = accepted.get(k, 0) + (k <= it.n_accepted)
-    return [accepted[k] / judged[k] for k in sorted(judged)]
 
 
 def acceptance(pair: Pair, head: DraftHead, prompts: Sequence[torch.Tensor], *, gamma: int, max_new_tokens: int,
@@ -100,7 +85,7 @@ def acceptance(pair: Pair, head: DraftHead, prompts: Sequence[torch.Tensor], *, 
         for name, decode in decoders(ids, torch.Generator().manual_seed(seed * 1009 + i)).items():
             runs.setdefault(name, []).append(decode())
     return {name: {"alpha_per_prompt": [r.stats.mean_beta for r in rs],
-                   "alpha_by_depth": depth_acceptance(rs),
+                   "alpha_by_depth": depth_acceptance(c for r in rs for c in round_counts(r)),
                    "tokens_per_call": sum(len(r.new_token_ids) for r in rs) / sum(r.stats.expert_calls for r in rs)}
             for name, rs in runs.items()}
 
@@ -119,37 +104,18 @@ def paired_alpha(acceptance: dict[str, dict], a: str, b: str) -> Interval:
 
 def acceptance_summary(acceptance: dict[str, dict]) -> tuple[dict[str, Interval], dict[str, Interval]]:
     """The mean α of every drafter/target combination with its 95 % interval over prompts, and the paired
-    differences notebook 08 reads: each drafter's drop α(p) − α(p_cd), and the head minus the draft under p_cd."""
+    differences notebook 08 reads: each drafter's drop α(p) − α(p_cd), the head minus the draft under p_cd, and the
+    head's drop minus the draft's."""
     alphas = {name: mean_of(finite(entry["alpha_per_prompt"])) for name, entry in acceptance.items()}
+    def drop(d: str) -> list[float]:
+        return [a - b for a, b in zip(acceptance[f"{d}, p"]["alpha_per_prompt"],
+                                      acceptance[f"{d}, p_cd"]["alpha_per_prompt"], strict=True)]
+
     return alphas, {"draft: p − p_cd": paired_alpha(acceptance, "draft, p", "draft, p_cd"),
                     "head: p − p_cd": paired_alpha(acceptance, "head, p", "head, p_cd"),
-                    "p_cd: head − draft": paired_alpha(acceptance, "head, p_cd", "draft, p_cd")}
-
-
-def timed_runs(configs: dict[str, Callable[[torch.Tensor], Generation]], prompts: Sequence[torch.Tensor], *,
-               rounds: int, seed: int = 0, progress: bool = True) -> list[dict]:
-    """Every configuration once per prompt and round, in an order shuffled for every round; one warm-up run of each
-    configuration on the first prompt before anything is timed. One record per timed run (raw seconds, tokens,
-    expert and amateur calls, the order it ran in, the other processes' load measured before the prompt)."""
-    rng = random.Random(seed)
-    for decode in configs.values():
-        decode(prompts[0])
-    records = []
-    for i, ids in enumerate(prompts):
-        busy = others_busy_cores(0.3)
-        for round_ in range(rounds):
-            order = list(configs)
-            rng.shuffle(order)
-            for position, name in enumerate(order):
-                start = time.perf_counter()
-                run = configs[name](ids)
-                seconds = time.perf_counter() - start
-                records.append({"prompt": i, "round": round_, "position": position, "config": name,
-                                "seconds": seconds, "tokens": run.new_token_ids, "expert_calls": run.stats.expert_calls,
-                                "amateur_calls": run.stats.amateur_calls, "others_busy_cores": busy})
-        if progress:
-            print(f"prompt {i + 1}/{len(prompts)} done", file=sys.stderr, flush=True)
-    return records
+                    "p_cd: head − draft": paired_alpha(acceptance, "head, p_cd", "draft, p_cd"),
+                    "drop: head − draft": mean_of(finite([h - d for h, d in zip(drop("head"), drop("draft"),
+                                                                                  strict=True)]))}
 
 
 def costs(pair: Pair, prompts: Sequence[torch.Tensor], gamma: int, repeats: int) -> dict[str, list[float]]:
@@ -160,26 +126,6 @@ def costs(pair: Pair, prompts: Sequence[torch.Tensor], gamma: int, repeats: int)
         cs.append(c)
         rs.append(r[gamma])
     return {"c": cs, "r": rs}
-
-
-def per_prompt_seconds(records: Sequence[dict], config: str) -> dict[int, float]:
-    """Each prompt's median seconds over rounds for one configuration."""
-    by_prompt: dict[int, list[float]] = {}
-    for rec in records:
-        if rec["config"] == config:
-            by_prompt.setdefault(rec["prompt"], []).append(rec["seconds"])
-    return {i: float(np.median(s)) for i, s in by_prompt.items()}
-
-
-def speedup(records: Sequence[dict], slow: str, fast: str):
-    """Paired by prompt: the mean over prompts of time(slow) / time(fast) per token, each time the median over
-    rounds, with its 95 % bootstrap interval over prompts (refused below :data:`MIN_PROMPTS` prompts)."""
-    a, b = per_prompt_seconds(records, slow), per_prompt_seconds(records, fast)
-    tokens = {(r["prompt"], r["config"]): len(r["tokens"]) for r in records}
-    ratios = [(a[i] / tokens[i, slow]) / (b[i] / tokens[i, fast]) for i in a if i in b]
-    if len(ratios) < MIN_PROMPTS:
-        raise ValueError(f"{len(ratios)} prompts: an interval needs at least {MIN_PROMPTS}")
-    return mean_of(ratios)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -211,14 +157,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     n, eos = args.max_new_tokens, pair.eos_token_id
     configs = {
-        "greedy": lambda ids: naive(pair.expert, ids, max_new_tokens=n, temperature=0, eos_token_id=eos),
-        "CD": lambda ids: contrastive_sample(pair.expert, pair.amateur, ids, max_new_tokens=n, temperature=0,
-                                             eos_token_id=eos, **CD),
-        "SCD": lambda ids: speculative_contrastive(pair.expert, pair.amateur, ids, max_new_tokens=n, temperature=0,
-                                                   gamma=args.gamma, eos_token_id=eos, **CD),
-        "SCD, head": lambda ids: speculative_contrastive(pair.expert, pair.amateur, ids, max_new_tokens=n,
-                                                         temperature=0, gamma=args.head_gamma, eos_token_id=eos,
-                                                         head=head, **CD),
+        "greedy": lambda ids, _: naive(pair.expert, ids, max_new_tokens=n, temperature=0, eos_token_id=eos),
+        "CD": lambda ids, _: contrastive_sample(pair.expert, pair.amateur, ids, max_new_tokens=n, temperature=0,
+                                                eos_token_id=eos, **CD),
+        "SCD": lambda ids, _: speculative_contrastive(pair.expert, pair.amateur, ids, max_new_tokens=n, temperature=0,
+                                                      gamma=args.gamma, eos_token_id=eos, **CD),
+        "SCD, head": lambda ids, _: speculative_contrastive(pair.expert, pair.amateur, ids, max_new_tokens=n,
+                                                            temperature=0, gamma=args.head_gamma, eos_token_id=eos,
+                                                            head=head, **CD),
     }
     if args.retime is not None:
         result = json.loads(args.out.read_text())
@@ -260,7 +206,8 @@ def summary(result: dict) -> dict:
     runs, cost = result["runs"], result["costs"]
     first = {(r["prompt"], r["config"]): r for r in runs if r["round"] == 0}
     n_prompts = len(result["prompts"])
-    identical = sum(first[i, "SCD"]["tokens"] == first[i, "CD"]["tokens"] for i in range(n_prompts))
+    identical = {name: sum(first[i, name]["tokens"] == first[i, "CD"]["tokens"] for i in range(n_prompts))
+                 for name in ("SCD", "SCD, head")}
     scd = [r for r in runs if r["config"] == "SCD"]
     per_call = sum(len(r["tokens"]) for r in scd) / sum(r["expert_calls"] for r in scd)
     c, r_gamma, gamma = float(np.median(cost["c"])), float(np.median(cost["r"])), result["settings"]["gamma"]
@@ -273,7 +220,7 @@ def summary(result: dict) -> dict:
                                                            strict=True)])
     return {
         "prompts": n_prompts,
-        "scd_equals_cd": identical,
+        "scd_equals_cd": identical["SCD"], "scd_head_equals_cd": identical["SCD, head"],
         "speedup": {"SCD vs CD": speedup(runs, "CD", "SCD"), "SCD vs greedy": speedup(runs, "greedy", "SCD"),
                     "CD vs greedy": speedup(runs, "greedy", "CD"), "SCD, head vs CD": speedup(runs, "CD", "SCD, head"),
                     "SCD, head vs greedy": speedup(runs, "greedy", "SCD, head")},

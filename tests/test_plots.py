@@ -49,6 +49,8 @@ def test_quality_and_speed_pictures():
              "contrastive α=0.1": {"diversity": (0.9, 0.85, 1.0), "perplexity": (8.0, 6.0, 9.0)}}
     assert isinstance(plots.quality_bars(table, ["diversity", "perplexity"]), Figure)
     assert isinstance(plots.forward_cost({1: 1.0, 2: 1.9, 4: 2.0}), Figure)
+    by_context = {0: {1: (1.0, 1.0, 1.0), 2: (1.6, 1.5, 1.8)}, 32: {1: (1.0, 1.0, 1.0), 2: (1.7, 1.5, 1.9)}}
+    assert isinstance(plots.forward_cost_by_context(by_context), Figure)
     result = {"configurations": [
         {"name": "naive", "method": "naive", "gamma": None, "per_token_s": {"median": 0.05}},
         {"name": "naive_nocache", "method": "naive", "gamma": None, "per_token_s": {"median": 0.1}},
@@ -77,7 +79,7 @@ def test_speedup_surface_orders_panels_by_c_and_takes_r_per_gamma():
 
 def test_kv_cache_states_draws_both_endings_and_refuses_a_bad_count():
     fig = plots.kv_cache_states(gamma=4, accepted=1)
-    assert [ax.get_title() for ax in fig.axes] == ["draft x2 rejected, r resampled", "all γ drafts accepted, bonus b"]
+    assert [ax.get_title() for ax in fig.axes] == ["draft x2 rejected, y resampled", "all γ drafts accepted, bonus b"]
     assert len(fig.axes[0].patches) == 2 * (3 + 4 + 1)
     with pytest.raises(ValueError, match=r"accepted must be in 0\.\.gamma-1"):
         plots.kv_cache_states(gamma=4, accepted=4)

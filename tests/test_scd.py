@@ -1,5 +1,5 @@
-"""helpers.scd (notebook 08's measurements): acceptance by depth, the shuffled timing protocol, intervals only from
-enough prompts, the summary a notebook prints, the picture of one round."""
+"""helpers.scd (notebook 08's measurements): the acceptance summary, intervals only from enough prompts, the summary
+a notebook prints, the picture of one round (the timing protocol itself: tests/test_protocol.py)."""
 
 from __future__ import annotations
 
@@ -8,19 +8,7 @@ import torch
 from conftest import random_head
 
 from helpers import scd
-from helpers.decoding import Generation, SpecIteration, Stats, speculative_contrastive
-
-
-def generation(rounds: list[tuple[int, int]]) -> Generation:
-    """A generation whose rounds drafted n tokens and kept k of them, for each (n, k)."""
-    trace = [SpecIteration(list(range(n)), [0.5] * n, [0.5] * n, k, 0, "resampled") for n, k in rounds]
-    return Generation([0] * sum(k + 1 for _, k in rounds), Stats(expert_calls=len(rounds)), trace)
-
-
-def test_acceptance_by_depth_counts_only_judged_tokens():
-    """Depth 1 is judged in every round that drafted; depth k only after k - 1 acceptances."""
-    runs = [generation([(3, 0), (3, 3), (3, 1)]), generation([(2, 2), (0, 0)])]
-    assert scd.depth_acceptance(runs) == [3 / 4, 2 / 3, 1.0]
+from helpers.decoding import speculative_contrastive
 
 
 def test_acceptance_summary_pairs_prompts_and_skips_runs_without_drafts():
@@ -33,26 +21,6 @@ def test_acceptance_summary_pairs_prompts_and_skips_runs_without_drafts():
     assert drops["draft: p − p_cd"].n == 2 and drops["draft: p − p_cd"].mean == pytest.approx(0.15)
     assert drops["head: p − p_cd"].mean == pytest.approx(0.1)
     assert drops["p_cd: head − draft"].mean == pytest.approx(0.7 / 3)
-
-
-def test_timed_runs_shuffle_the_order_every_round_and_warm_up_each_configuration():
-    calls = []
-
-    def config(name):
-        def run(ids):
-            calls.append(name)
-            return Generation([1, 2], Stats(expert_calls=1))
-        return run
-
-    configs = {name: config(name) for name in "abcd"}
-    records = scd.timed_runs(configs, [torch.tensor([[1]])] * 3, rounds=4, progress=False)
-    assert calls[:4] == list("abcd"), "one warm-up run of every configuration first"
-    assert len(records) == 3 * 4 * 4
-    orders = {tuple(r["config"] for r in records if (r["prompt"], r["round"]) == key)
-              for key in {(r["prompt"], r["round"]) for r in records}}
-    assert len(orders) > 1, "the order changes between rounds"
-    assert all(sorted(order) == list("abcd") for order in orders)
-    assert {"seconds", "tokens", "expert_calls", "others_busy_cores", "position"} <= set(records[0])
 
 
 def fake_result(n_prompts: int) -> dict:

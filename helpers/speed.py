@@ -1,0 +1,338 @@
+"""How fast the drafters of notebooks 03-07 make the pocket expert on this CPU, measured with the tutorial's protocol
+(:mod:`helpers.protocol`) on the held-out evaluation prompts (``data/eval_prompts.txt``, chat template, EOS on).
+
+``python -m helpers.speed --out data/results/speed-<cpu>.json [--runs 2]`` writes one file per CPU with its
+command, settings, machine and every raw number, in three phases (``--show`` prints an existing file's table and
+README row; ``--quick`` runs every phase on two prompts with a few tokens):
+
+1. **costs** (:func:`context_costs`): on the first ``--cost-prompts`` evaluation prompts, each extended by 0, 32 and
+   64 tokens, the seconds of an expert pass over n = 1..16 new tokens, of a step of the distilled draft and of a
+   step of the draft head (notebook 07), interleaved; c = draft step / expert step, r(n - 1) = n-token pass /
+   expert step;
+2. **selection** (:func:`select`): on the selection split (the odd lines), every drafter at γ = 1..6 and at a
+   dynamic length (up to 6, stopping below confidence 0.4), greedy and at temperature 1; each drafter's fastest
+   γ per temperature, by time per token relative to naive decoding;
+3. **evaluation** (``--runs`` separate processes): on the evaluation split (the even lines, never used to choose),
+   naive decoding and both drafters at their selected γ, greedy and at temperature 1.
+
+:func:`summary` turns the file into what README and notebooks print: per drafter and temperature the speedup of
+every run, pooled, and their spread; α, α by depth, the share kept, tokens per expert call; the speedup that the
+cost model explains from the counted draft lengths, c and r (:func:`helpers.timing.speedup_from_counts`), and
+with free verification (r = 1, ``explained_free``); the mean draft length of the rounds that drafted; and the
+model gap, explained / measured. The explained speedup counts bare forward passes after the prompt; the measured
+one includes the prompt's prefill (common to both, pulling the ratio towards 1) and everything around the passes
+(naive decoding pays its Python and sampling work once per token, a drafting round once per round, plus the
+head's catch-up pass and the bookkeeping). Near 1, the passes account for the measured speed; the gap is the
+measured share of everything else, the whole round timed directly beside the single steps of phase 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from helpers.bench import machine_info
+from helpers.compare import mean_of
+from helpers.data import EVAL_PROMPTS, read_prompts
+from helpers.decoding import naive, speculative
+from helpers.heads import DraftHead, HeadStep, head_speculative, load_head
+from helpers.models import Pair, load_pair
+from helpers.protocol import MIN_PROMPTS, Decoder, across_runs, depth_acceptance, mean_speedup, timed_runs
+from helpers.timing import ForwardStep, interleaved, speedup_from_counts
+
+DRAFTERS = ("draft", "head")
+"""The distilled draft of notebook 05 (the pocket pair's amateur) and the draft head of notebook 07."""
+GAMMAS = (1, 2, 3, 4, 5, 6, "dynamic")
+"""The draft lengths the selection tries; "dynamic": up to :data:`DYNAMIC_MAX` tokens, the drafter stops after a
+token it gives less than :data:`CONFIDENCE` (transformers' starting value)."""
+DYNAMIC_MAX, CONFIDENCE = 6, 0.4
+TEMPERATURES = (0.0, 1.0)
+CONTEXT_EXTRA = (0, 32, 64)
+MAX_TOKENS_PER_PASS = 16
+DEFAULTS = {"cost_prompts": 10, "cost_repeats": 3, "select_prompts": 10, "select_tokens": 32, "eval_prompts": 20,
+            "rounds": 3, "max_new_tokens": 48}
+QUICK = {"cost_prompts": 2, "cost_repeats": 1, "select_prompts": 2, "select_tokens": 8, "eval_prompts": 2,
+         "rounds": 1, "max_new_tokens": 8}
+"""``--quick``: every phase on two prompts with a few tokens (a smoke test of the protocol, no intervals)."""
+
+
+def config_name(drafter: str, gamma: int | str, temperature: float) -> str:
+    """``"naive T=0"``, ``"draft γ=3 T=1"``, ``"head γ=dynamic T=0"``."""
+    return f"naive T={temperature:g}" if drafter == "naive" else f"{drafter} γ={gamma} T={temperature:g}"
+
+
+def decoder(pair: Pair, head: DraftHead, drafter: str, gamma: int | str, temperature: float,
+            max_new_tokens: int) -> Decoder:
+    """One configuration of the protocol: naive decoding, or a drafter at draft length γ, at one temperature."""
+    common = {"max_new_tokens": max_new_tokens, "temperature": temperature, "eos_token_id": pair.eos_token_id}
+    draft = {"gamma": DYNAMIC_MAX, "confidence_threshold": CONFIDENCE} if gamma == "dynamic" else {"gamma": gamma}
+
+    def decode(ids: torch.Tensor, seed: int):
+        generator = torch.Generator(device=ids.device).manual_seed(seed) if temperature > 0 else None
+        if drafter == "naive":
+            return naive(pair.expert, ids, generator=generator, **common)
+        if drafter == "draft":
+            return speculative(pair.expert, pair.amateur, ids, generator=generator, **draft, **common)
+        if drafter == "head":
+            return head_speculative(pair.expert, head, ids, generator=generator, **draft, **common)
+        raise ValueError(f"unknown drafter {drafter!r}: choose 'naive' or one of {DRAFTERS}")
+    return decode
+
+
+def split(prompts: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(selection, evaluation): the odd and the even lines of the evaluation prompts, so that no γ is chosen on a
+    prompt it is then measured on."""
+    return list(prompts[1::2]), list(prompts[::2])
+
+
+def extended(ids: torch.Tensor, filler: torch.Tensor, extra: int) -> torch.Tensor:
+    """``ids`` followed by ``extra`` tokens of ``filler`` (repeated as needed): a longer context of the same kind."""
+    if extra == 0:
+        return ids
+    tiled = filler[:, :1].new_empty((1, 0))
+    while tiled.shape[1] < extra:
+        tiled = torch.cat([tiled, filler], dim=1)
+    return torch.cat([ids, tiled[:, :extra]], dim=1)
+
+
+def context_costs(pair: Pair, head: DraftHead, prompts: Sequence[torch.Tensor], *, repeats: int,
+                  extras: Sequence[int] = CONTEXT_EXTRA, max_tokens: int = MAX_TOKENS_PER_PASS) -> list[dict]:
+    """Phase 1: per prompt and context length, the raw seconds of every pass (``expert1`` .. ``expert16``,
+    ``draft``, ``head``), interleaved over ``repeats`` rounds after a warm-up round."""
+    rows = []
+    for i, ids in enumerate(prompts):
+        for extra in extras:
+            ctx = extended(ids, prompts[(i + 1) % len(prompts)], extra)
+            steps = {f"expert{n}": ForwardStep(pair.expert, ctx, n) for n in range(1, max_tokens + 1)}
+            steps |= {"draft": ForwardStep(pair.amateur, ctx, 1), "head": HeadStep(head, pair.expert, ctx)}
+            rows.append({"prompt": i, "extra": extra, "context": ctx.shape[1], "seconds": interleaved(steps, repeats)})
+    return rows
+
+
+def step_ratio(seconds: dict[str, list[float]], name: str) -> float:
+    """The median over a row's interleaved rounds of one pass's time / the expert's 1-token step in the same round."""
+    return float(np.median(np.asarray(seconds[name]) / np.asarray(seconds["expert1"])))
+
+
+def longest_pass(seconds: dict[str, list[float]]) -> int:
+    return max(int(name.removeprefix("expert")) for name in seconds if name.startswith("expert"))
+
+
+def cost_ratios(rows: Sequence[dict]) -> dict:
+    """c per drafter and r(d) for d = 0..15 (an expert pass over d + 1 tokens / an expert step): each row's median
+    per-round ratio, then the median over rows (prompts × context lengths), with the smallest and largest row."""
+    def per_row(name: str) -> list[float]:
+        return [step_ratio(row["seconds"], name) for row in rows]
+
+    n_max = longest_pass(rows[0]["seconds"])
+    spread = {name: per_row(name) for name in (*DRAFTERS, *(f"expert{n}" for n in range(1, n_max + 1)))}
+    return {"c": {d: float(np.median(spread[d])) for d in DRAFTERS},
+            "r": {n - 1: float(np.median(spread[f"expert{n}"])) for n in range(1, n_max + 1)},
+            "range": {name: [min(v), max(v)] for name, v in spread.items()},
+            "expert_step_seconds": float(np.median([np.median(row["seconds"]["expert1"]) for row in rows]))}
+
+
+def forward_cost_by_context(rows: Sequence[dict]) -> dict[int, dict[int, tuple[float, float, float]]]:
+    """Notebook 04: {extra context: {n: (median, min, max) over prompts of an n-token pass / a 1-token step}}."""
+    out: dict[int, dict[int, tuple[float, float, float]]] = {}
+    for extra in sorted({row["extra"] for row in rows}):
+        chosen = [row["seconds"] for row in rows if row["extra"] == extra]
+        for n in range(1, longest_pass(chosen[0]) + 1):
+            values = [step_ratio(t, f"expert{n}") for t in chosen]
+            out.setdefault(extra, {})[n] = (float(np.median(values)), min(values), max(values))
+    return out
+
+
+def select(records: Sequence[dict]) -> dict[str, dict[str, int | str]]:
+    """Phase 2: per temperature and drafter, the γ with the highest mean speedup over naive decoding (among the
+    γ that ``records`` hold)."""
+    timed = {rec["config"] for rec in records}
+    chosen: dict[str, dict[str, int | str]] = {}
+    for t in TEMPERATURES:
+        for d in DRAFTERS:
+            gammas = [g for g in GAMMAS if config_name(d, g, t) in timed]
+            if not gammas or config_name("naive", 0, t) not in timed:
+                raise ValueError(f"no timed runs of naive decoding and of {d} at T={t:g} to select from")
+            chosen.setdefault(f"T={t:g}", {})[d] = max(
+                gammas, key=lambda g, d=d, t=t: mean_speedup(records, config_name("naive", 0, t), config_name(d, g, t)))
+    return chosen
+
+
+def evaluation_configs(pair: Pair, head: DraftHead, chosen: dict, max_new_tokens: int) -> dict[str, Decoder]:
+    configs = {}
+    for temperature in TEMPERATURES:
+        configs[config_name("naive", 0, temperature)] = decoder(pair, head, "naive", 0, temperature, max_new_tokens)
+        for drafter, gamma in chosen[f"T={temperature:g}"].items():
+            configs[config_name(drafter, gamma, temperature)] = decoder(pair, head, drafter, gamma, temperature,
+                                                                        max_new_tokens)
+    return configs
+
+
+def encoded(pair: Pair, texts: Sequence[str]) -> list[torch.Tensor]:
+    return [pair.encode_chat(t) for t in texts]
+
+
+def evaluate_run(out: Path, run: int) -> None:
+    """Phase 3, one run (called in its own process by :func:`main`): appends its records to ``out``."""
+    result = json.loads(out.read_text())
+    pair = load_pair("pocket")
+    head = load_head(pair.expert)
+    s = result["settings"]
+    configs = evaluation_configs(pair, head, result["selected"], s["max_new_tokens"])
+    started = time.time()
+    records = timed_runs(configs, encoded(pair, result["evaluation_prompts"]), rounds=s["rounds"], seed=1000 + run)
+    result = json.loads(out.read_text())
+    result.setdefault("runs", []).append({"run": run, "seconds": time.time() - started, "records": records})
+    out.write_text(json.dumps(result, indent=1) + "\n")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--runs", type=int, default=2, help="independent evaluation runs, each in its own process")
+    parser.add_argument("--quick", action="store_true", help="two prompts, a few tokens: a smoke test, no intervals")
+    for key, value in DEFAULTS.items():
+        parser.add_argument(f"--{key.replace('_', '-')}", type=int, default=None, help=f"default {value}")
+    parser.add_argument("--show", action="store_true",
+                        help="print the table and the README row of an existing --out file, measure nothing")
+    parser.add_argument("--evaluate-run", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.show:
+        result = json.loads(args.out.read_text())
+        print(markdown_table(result), readme_row(result), sep="\n\n")
+        return
+    if args.evaluate_run is not None:
+        evaluate_run(args.out, args.evaluate_run)
+        return
+    settings = {**DEFAULTS, **(QUICK if args.quick else {}),
+                **{k: getattr(args, k) for k in DEFAULTS if getattr(args, k) is not None}}
+    started = time.time()
+    pair = load_pair("pocket")
+    head = load_head(pair.expert)
+    selection, evaluation = split(read_prompts(EVAL_PROMPTS))
+    selection, evaluation = selection[:settings["select_prompts"]], evaluation[:settings["eval_prompts"]]
+    result = {"command": "python -m helpers.speed " + " ".join(sys.argv[1:] if argv is None else argv),
+              "settings": {**settings, "runs": args.runs, "gammas": list(GAMMAS), "dynamic": [DYNAMIC_MAX, CONFIDENCE],
+                           "temperatures": list(TEMPERATURES), "context_extra": list(CONTEXT_EXTRA),
+                           "prompts_file": EVAL_PROMPTS.name, "chat_template": True, "eos": True},
+              "machine": machine_info(pair.device), "selection_prompts": selection, "evaluation_prompts": evaluation}
+    result["costs"] = context_costs(pair, head, encoded(pair, evaluation[:settings["cost_prompts"]]),
+                                    repeats=settings["cost_repeats"])
+    candidates = {config_name("naive", 0, t): decoder(pair, head, "naive", 0, t, settings["select_tokens"])
+                  for t in TEMPERATURES}
+    candidates |= {config_name(d, g, t): decoder(pair, head, d, g, t, settings["select_tokens"])
+                   for t in TEMPERATURES for d in DRAFTERS for g in GAMMAS}
+    result["selection_runs"] = timed_runs(candidates, encoded(pair, selection), rounds=1)
+    result["selected"] = select(result["selection_runs"])
+    result["setup_seconds"] = time.time() - started
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    del pair, head
+    for run in range(args.runs):
+        subprocess.run([sys.executable, "-m", "helpers.speed", "--out", str(args.out), "--evaluate-run", str(run)],
+                       check=True)
+    print(markdown_table(json.loads(args.out.read_text())))
+
+
+def explained(records: Sequence[dict], c: float, r: dict[int, float]) -> float:
+    """The mean over runs of the speedup the cost model explains from each run's counted draft lengths."""
+    return float(np.mean([speedup_from_counts([d for d, _ in rec["rounds"]], len(rec["tokens"]), c, r)
+                          for rec in records]))
+
+
+def summary(result: dict) -> dict:
+    """What README and notebooks print, per temperature and drafter (see the module docstring)."""
+    costs = cost_ratios(result["costs"])
+    runs = [run["records"] for run in result["runs"]]
+    out = {"costs": costs, "selected": result["selected"], "runs": len(runs),
+           "prompts": len(result["evaluation_prompts"])}
+    for temperature in TEMPERATURES:
+        base = config_name("naive", 0, temperature)
+        for drafter, gamma in result["selected"][f"T={temperature:g}"].items():
+            name = config_name(drafter, gamma, temperature)
+            recs = [rec for records in runs for rec in records if rec["config"] == name]
+            tokens = sum(len(rec["tokens"]) for rec in recs)
+            rounds = [c for rec in recs for c in rec["rounds"]]
+            enough = out["prompts"] >= MIN_PROMPTS
+            entry = {"gamma": gamma, "speedup": across_runs(runs, base, name) if enough else None,
+                     "speedup_per_run": [mean_speedup(records, base, name) for records in runs],
+                     "alpha": mean_of([rec["alpha"] for rec in recs if not math.isnan(rec["alpha"])]),
+                     "alpha_by_depth": depth_acceptance(rounds),
+                     "share_kept": sum(k for _, k in rounds) / max(1, sum(d for d, _ in rounds)),
+                     "tokens_per_call": tokens / sum(rec["expert_calls"] for rec in recs),
+                     "mean_draft": float(np.mean([d for d, _ in rounds if d > 0])),
+                     "explained": explained(recs, costs["c"][drafter], costs["r"]),
+                     "explained_free": explained(recs, costs["c"][drafter], dict.fromkeys(costs["r"], 1.0))}
+            entry["model_gap"] = entry["explained"] / float(np.mean(entry["speedup_per_run"]))
+            out[name] = entry
+    return out
+
+
+def _speedup_text(entry: dict) -> str:
+    """``0.74× [0.71, 0.77] (runs 0.73×, 0.75×)``, or only the runs' means below :data:`MIN_PROMPTS` prompts."""
+    runs = ", ".join(f"{s:.2f}×" for s in entry["speedup_per_run"])
+    if entry["speedup"] is None:
+        return f"runs {runs} (no interval from fewer than {MIN_PROMPTS} prompts)"
+    pooled = entry["speedup"]["pooled"]
+    return f"{pooled.mean:.2f}× [{pooled.low:.2f}, {pooled.high:.2f}] (runs {runs})"
+
+
+def markdown_table(result: dict) -> str:
+    """Notebooks 05 and 07: per temperature and drafter, the selected γ, the pooled speedup with its interval and
+    every run's, α, α by depth, the share kept, tokens per expert call, the explained speedup and the model gap."""
+    s = summary(result)
+    lines = ["| drafter | T | γ (selected) | speedup vs naive, pooled [95 % CI] (each run) | "
+             "α (T = 0: greedy agreement) | α by depth 1, 2, 3 | drafts kept | tokens/expert call | explained | "
+             "explained / measured |",
+             "|---|---:|---:|---|---:|---|---:|---:|---:|---:|"]
+    for temperature in TEMPERATURES:
+        for drafter, gamma in s["selected"][f"T={temperature:g}"].items():
+            e = s[config_name(drafter, gamma, temperature)]
+            depth = ", ".join(f"{a:.2f}" for a in e["alpha_by_depth"][:3])
+            lines.append(f"| {drafter} | {temperature:g} | {gamma} | {_speedup_text(e)} | {e['alpha'].mean:.3f} | "
+                         f"{depth} | {e['share_kept']:.2f} | {e['tokens_per_call']:.2f} | {e['explained']:.2f}× | "
+                         f"{e['model_gap']:.2f} |")
+    c, r = s["costs"]["c"], s["costs"]["r"]
+    st = result["settings"]
+    contexts = ", +".join(map(str, CONTEXT_EXTRA))
+    step_ms = s["costs"]["expert_step_seconds"] * 1e3
+    shown = [d for d in range(1, 7) if d in r]
+    r_text = ", ".join(f"{r[d]:.2f}" for d in shown)
+    lines += ["",
+              f"- costs (median over {st['cost_prompts']} prompts × contexts +{contexts} tokens): expert step "
+              f"{step_ms:.0f} ms, c: draft {c['draft']:.3f}, head {c['head']:.3f}; "
+              f"r(d) for d = {shown[0]}..{shown[-1]}: {r_text}",
+              f"- {s['prompts']} evaluation prompts × {st['rounds']} shuffled rounds × {s['runs']} runs (separate "
+              f"processes), up to {st['max_new_tokens']} tokens, chat template, EOS on; γ selected on "
+              f"{len(result['selection_prompts'])} other prompts ({st['select_tokens']} tokens, 1 round)",
+              f"- {result['machine']['cpu_kind']}, {result['machine']['threads']} threads; `{result['command']}`"]
+    return "\n".join(lines)
+
+
+def readme_row(result: dict) -> str:
+    """The README's row for this result file (a test checks that the README holds it verbatim)."""
+    s = summary(result)
+    parts = []
+    for temperature in TEMPERATURES:
+        drafters = "; ".join(f"{drafter} γ = {gamma}: {_speedup_text(s[config_name(drafter, gamma, temperature)])}"
+                             for drafter, gamma in s["selected"][f"T={temperature:g}"].items())
+        parts.append(f"{'greedy' if temperature == 0 else f'T = {temperature:g}'}: {drafters}")
+    st = result["settings"]
+    what = (f"**the distilled draft and the draft head, one protocol** (notebooks 05, 07; {s['prompts']} held-out chat "
+            f"requests, chat template, EOS on, up to {st['max_new_tokens']} tokens, {st['rounds']} shuffled rounds × "
+            f"{s['runs']} runs; γ selected on {len(result['selection_prompts'])} other requests; speedup over naive "
+            "decoding, pooled [95 % CI] and each run)")
+    return f"| {what} | {result['machine']['cpu_kind']} | {' — '.join(parts)} | `{result['command']}` |"
+
+
+if __name__ == "__main__":
+    main()

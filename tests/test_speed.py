@@ -1,0 +1,129 @@
+"""helpers.speed: the split that keeps γ selection and evaluation apart, the configurations (exact against naive),
+the costs at several context lengths, the selection, and the summary and table that README and notebooks print."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from conftest import random_head
+
+from helpers import speed
+from helpers.data import EVAL_PROMPTS, RESULTS, read_prompts
+
+
+def test_selection_and_evaluation_prompts_never_overlap():
+    selection, evaluation = speed.split(read_prompts(EVAL_PROMPTS))
+    assert not set(selection) & set(evaluation)
+    assert len(evaluation) >= speed.DEFAULTS["eval_prompts"] and len(selection) >= speed.DEFAULTS["select_prompts"]
+
+
+def test_config_names_and_extended_contexts():
+    assert speed.config_name("naive", 0, 1.0) == "naive T=1"
+    assert speed.config_name("head", "dynamic", 0.0) == "head γ=dynamic T=0"
+    ids, filler = torch.tensor([[1, 2, 3]]), torch.tensor([[7, 8]])
+    assert speed.extended(ids, filler, 0) is ids
+    assert speed.extended(ids, filler, 5).tolist() == [[1, 2, 3, 7, 8, 7, 8, 7]]
+
+
+@pytest.mark.parametrize("gamma", [2, "dynamic"])
+def test_every_greedy_configuration_writes_naive_text(tiny_text_pair, gamma):
+    head = random_head(tiny_text_pair.expert)
+    ids = torch.tensor([[2, 3, 4]])
+    texts = {drafter: speed.decoder(tiny_text_pair, head, drafter, gamma, 0.0, 8)(ids, 0).new_token_ids
+             for drafter in ("naive", *speed.DRAFTERS)}
+    assert texts["draft"] == texts["naive"] == texts["head"]
+    sampled = speed.decoder(tiny_text_pair, head, "head", gamma, 1.0, 8)
+    assert sampled(ids, 5).new_token_ids == sampled(ids, 5).new_token_ids, "the seed fixes a sampled run"
+    with pytest.raises(ValueError, match="unknown drafter"):
+        speed.decoder(tiny_text_pair, head, "oracle", gamma, 0.0, 8)(ids, 0)
+
+
+def test_context_costs_time_every_pass_at_every_context(tiny_text_pair):
+    head = random_head(tiny_text_pair.expert)
+    prompts = [torch.tensor([[2, 3, 4]]), torch.tensor([[5, 6, 7, 8]])]
+    rows = speed.context_costs(tiny_text_pair, head, prompts, repeats=2, extras=(0, 4), max_tokens=3)
+    assert [(row["prompt"], row["context"]) for row in rows] == [(0, 3), (0, 7), (1, 4), (1, 8)]
+    assert set(rows[0]["seconds"]) == {"expert1", "expert2", "expert3", "draft", "head"}
+    assert all(len(times) == 2 for times in rows[0]["seconds"].values())
+    ratios = speed.cost_ratios(rows)
+    assert set(ratios["r"]) == {0, 1, 2} and ratios["r"][0] == 1.0 and set(ratios["c"]) == set(speed.DRAFTERS)
+
+
+def fake_records(n_prompts: int, *, draft_gamma: int, head_gamma, head_seconds: float) -> list[dict]:
+    """naive: 1 s per 10 tokens at both temperatures; the draft 1.25 s; the head ``head_seconds``."""
+    recs = []
+    for i in range(n_prompts):
+        for t in speed.TEMPERATURES:
+            for drafter, gamma, seconds in (("naive", 0, 1.0), ("draft", draft_gamma, 1.25),
+                                            ("head", head_gamma, head_seconds)):
+                rounds = [] if drafter == "naive" else [[0, 0]] * (drafter == "head") + [[2, 1], [2, 0], [1, 1]]
+                recs.append({"prompt": i, "round": 0, "config": speed.config_name(drafter, gamma, t),
+                             "seconds": seconds * (1 + 0.01 * i), "tokens": [0] * 10, "expert_calls": len(rounds) or 10,
+                             "alpha": math.nan if drafter == "naive" else 0.5, "rounds": rounds})
+    return recs
+
+
+def test_select_picks_each_drafters_fastest_gamma():
+    recs = fake_records(3, draft_gamma=1, head_gamma=3, head_seconds=0.5)
+    recs += [r for r in fake_records(3, draft_gamma=2, head_gamma="dynamic", head_seconds=0.8)
+             if not r["config"].startswith("naive")]
+    recs += [{**r, "seconds": 2.0} for r in fake_records(3, draft_gamma=4, head_gamma=1, head_seconds=0.9)
+             if r["config"].startswith("draft")]
+    assert speed.select(recs) == {"T=0": {"draft": 1, "head": 3}, "T=1": {"draft": 1, "head": 3}}
+    with pytest.raises(ValueError, match="no timed runs of naive decoding and of head"):
+        speed.select([r for r in recs if not r["config"].startswith("head")])
+
+
+def fake_result(n_prompts: int, runs: int = 2) -> dict:
+    selected = {"T=0": {"draft": 1, "head": 3}, "T=1": {"draft": 1, "head": 3}}
+    rows = [{"prompt": i, "extra": 0, "context": 10,
+             "seconds": {"expert1": [1.0, 1.0], "expert2": [1.5, 1.5], "expert3": [1.6, 1.6], "expert4": [1.8, 1.8],
+                         "draft": [0.2, 0.2], "head": [0.1, 0.1]}} for i in range(3)]
+    return {"costs": rows, "selected": selected, "evaluation_prompts": ["p"] * n_prompts,
+            "selection_prompts": ["q"] * 4, "command": "python -m helpers.speed --out x.json",
+            "settings": {"cost_prompts": 3, "rounds": 1, "max_new_tokens": 10, "select_tokens": 8},
+            "machine": {"cpu_kind": "a test CPU", "threads": 2},
+            "runs": [{"run": k, "records": fake_records(n_prompts, draft_gamma=1, head_gamma=3,
+                                                        head_seconds=0.5 + 0.1 * k)} for k in range(runs)]}
+
+
+def test_forward_cost_by_context_gives_median_and_range_over_prompts():
+    rows = fake_result(20)["costs"]
+    rows[1] = {**rows[1], "extra": 32}
+    rows[2] = {**rows[2], "extra": 32, "seconds": {**rows[2]["seconds"], "expert2": [2.0, 2.0]}}
+    by_context = speed.forward_cost_by_context(rows)
+    assert set(by_context) == {0, 32} and by_context[0][1] == (1.0, 1.0, 1.0)
+    assert by_context[32][2] == pytest.approx((1.75, 1.5, 2.0)) and set(by_context[32]) == {1, 2, 3, 4}
+
+
+def test_summary_pools_runs_and_explains_from_the_counted_rounds():
+    s = speed.summary(fake_result(20))
+    head = s["head γ=3 T=0"]
+    assert head["speedup_per_run"] == pytest.approx([2.0, 1 / 0.6])
+    assert head["speedup"]["pooled"].n == 20 and head["speedup"]["spread"] == pytest.approx(2.0 - 1 / 0.6)
+    assert head["alpha_by_depth"] == [2 / 3, 0.0] and head["share_kept"] == pytest.approx(2 / 5)
+    assert head["tokens_per_call"] == pytest.approx(10 / 4)
+    rounds_cost = 1.0 + (2 * 0.1 + 1.6) * 2 + (0.1 + 1.5)  # the draft-less first round, two of γ = 2, one of γ = 1
+    assert head["explained"] == pytest.approx(10 / rounds_cost)
+    assert head["explained_free"] == pytest.approx(10 / (1.0 + (2 * 0.1 + 1) * 2 + (0.1 + 1))), "r = 1 everywhere"
+    assert head["mean_draft"] == pytest.approx(5 / 3), "rounds that drafted: 2, 2, 1"
+    assert head["model_gap"] == pytest.approx(head["explained"] / ((2.0 + 1 / 0.6) / 2))
+    assert s["costs"]["c"] == {"draft": pytest.approx(0.2), "head": pytest.approx(0.1)}
+
+
+def test_table_prints_intervals_only_from_enough_prompts():
+    table = speed.markdown_table(fake_result(20))
+    assert "| head | 0 | 3 | 1.83× [" in table and "(runs 2.00×, 1.67×)" in table and "a test CPU" in table
+    few = speed.markdown_table(fake_result(3, runs=1))
+    assert "no interval from fewer than 20 prompts" in few and "[" not in few.split("\n")[2]
+
+
+def test_readme_holds_the_rendered_row_of_every_committed_speed_file():
+    files = sorted(RESULTS.glob("speed-*.json"))
+    assert files, "no committed speed-<cpu>.json"
+    readme = (RESULTS.parent.parent / "README.md").read_text()
+    for path in files:
+        assert speed.readme_row(json.loads(path.read_text())) in readme, f"README: render {path.name}'s row again"
