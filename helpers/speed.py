@@ -19,7 +19,7 @@ README row; ``--quick`` runs every phase on two prompts with a few tokens):
 every run, pooled, and their spread; α, α by depth, the share kept, tokens per expert call; the speedup that the
 cost model explains from the counted draft lengths, c and r (:func:`helpers.timing.speedup_from_counts`), and
 with free verification (r = 1, ``explained_free``); the mean draft length of the rounds that drafted; and the
-model gap, explained / measured. The explained speedup counts bare forward passes after the prompt; the measured
+model gap, measured / explained. The explained speedup counts bare forward passes after the prompt; the measured
 one includes the prompt's prefill (common to both, pulling the ratio towards 1) and everything around the passes
 (naive decoding pays its Python and sampling work once per token, a drafting round once per round, plus the
 head's catch-up pass and the bookkeeping). Near 1, the passes account for the measured speed; the gap is the
@@ -272,7 +272,7 @@ def summary(result: dict) -> dict:
                      "mean_draft": float(np.mean([d for d, _ in rounds if d > 0])),
                      "explained": explained(recs, costs["c"][drafter], costs["r"]),
                      "explained_free": explained(recs, costs["c"][drafter], dict.fromkeys(costs["r"], 1.0))}
-            entry["model_gap"] = entry["explained"] / float(np.mean(entry["speedup_per_run"]))
+            entry["model_gap"] = float(np.mean(entry["speedup_per_run"])) / entry["explained"]
             out[name] = entry
     return out
 
@@ -292,7 +292,7 @@ def markdown_table(result: dict) -> str:
     s = summary(result)
     lines = ["| drafter | T | γ (selected) | speedup vs naive, pooled [95 % CI] (each run) | "
              "α (T = 0: greedy agreement) | α by depth 1, 2, 3 | drafts kept | tokens/expert call | explained | "
-             "explained / measured |",
+             "measured / explained |",
              "|---|---:|---:|---|---:|---|---:|---:|---:|---:|"]
     for temperature in TEMPERATURES:
         for drafter, gamma in s["selected"][f"T={temperature:g}"].items():

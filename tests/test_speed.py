@@ -110,7 +110,7 @@ def test_summary_pools_runs_and_explains_from_the_counted_rounds():
     assert head["explained"] == pytest.approx(10 / rounds_cost)
     assert head["explained_free"] == pytest.approx(10 / (1.0 + (2 * 0.1 + 1) * 2 + (0.1 + 1))), "r = 1 everywhere"
     assert head["mean_draft"] == pytest.approx(5 / 3), "rounds that drafted: 2, 2, 1"
-    assert head["model_gap"] == pytest.approx(head["explained"] / ((2.0 + 1 / 0.6) / 2))
+    assert head["model_gap"] == pytest.approx(((2.0 + 1 / 0.6) / 2) / head["explained"]), "measured / explained"
     assert s["costs"]["c"] == {"draft": pytest.approx(0.2), "head": pytest.approx(0.1)}
 
 
