@@ -127,17 +127,14 @@ def longest_pass(seconds: dict[str, list[float]]) -> int:
     return max(int(name.removeprefix("expert")) for name in seconds if name.startswith("expert"))
 
 
-def cost_ratios(rows: Sequence[dict]) -> dict:
+def summarise_costs(rows: Sequence[dict]) -> dict:
     """c per drafter and r(d) for d = 0..15 (an expert pass over d + 1 tokens / an expert step): each row's median
-    per-round ratio, then the median over rows (prompts × context lengths), with the smallest and largest row."""
-    def per_row(name: str) -> list[float]:
-        return [step_ratio(row["seconds"], name) for row in rows]
+    per-round ratio, then the median over rows (prompts × context lengths); and the expert's step in seconds."""
+    def median_ratio(name: str) -> float:
+        return float(np.median([step_ratio(row["seconds"], name) for row in rows]))
 
-    n_max = longest_pass(rows[0]["seconds"])
-    spread = {name: per_row(name) for name in (*DRAFTERS, *(f"expert{n}" for n in range(1, n_max + 1)))}
-    return {"c": {d: float(np.median(spread[d])) for d in DRAFTERS},
-            "r": {n - 1: float(np.median(spread[f"expert{n}"])) for n in range(1, n_max + 1)},
-            "range": {name: [min(v), max(v)] for name, v in spread.items()},
+    return {"c": {d: median_ratio(d) for d in DRAFTERS},
+            "r": {n - 1: median_ratio(f"expert{n}") for n in range(1, longest_pass(rows[0]["seconds"]) + 1)},
             "expert_step_seconds": float(np.median([np.median(row["seconds"]["expert1"]) for row in rows]))}
 
 
@@ -190,7 +187,6 @@ def evaluate_run(out: Path, run: int) -> None:
     configs = evaluation_configs(pair, head, result["selected"], s["max_new_tokens"])
     started = time.time()
     records = timed_runs(configs, encoded(pair, result["evaluation_prompts"]), rounds=s["rounds"], seed=1000 + run)
-    result = json.loads(out.read_text())
     result.setdefault("runs", []).append({"run": run, "seconds": time.time() - started, "records": records})
     out.write_text(json.dumps(result, indent=1) + "\n")
 
@@ -236,7 +232,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     result["setup_seconds"] = time.time() - started
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
-    del pair, head
     for run in range(args.runs):
         subprocess.run([sys.executable, "-m", "helpers.speed", "--out", str(args.out), "--evaluate-run", str(run)],
                        check=True)
@@ -251,7 +246,7 @@ def explained(records: Sequence[dict], c: float, r: dict[int, float]) -> float:
 
 def summary(result: dict) -> dict:
     """What README and notebooks print, per temperature and drafter (see the module docstring)."""
-    costs = cost_ratios(result["costs"])
+    costs = summarise_costs(result["costs"])
     runs = [run["records"] for run in result["runs"]]
     out = {"costs": costs, "selected": result["selected"], "runs": len(runs),
            "prompts": len(result["evaluation_prompts"])}

@@ -48,7 +48,7 @@ def test_context_costs_time_every_pass_at_every_context(tiny_text_pair):
     assert [(row["prompt"], row["context"]) for row in rows] == [(0, 3), (0, 7), (1, 4), (1, 8)]
     assert set(rows[0]["seconds"]) == {"expert1", "expert2", "expert3", "draft", "head"}
     assert all(len(times) == 2 for times in rows[0]["seconds"].values())
-    ratios = speed.cost_ratios(rows)
+    ratios = speed.summarise_costs(rows)
     assert set(ratios["r"]) == {0, 1, 2} and ratios["r"][0] == 1.0 and set(ratios["c"]) == set(speed.DRAFTERS)
 
 
