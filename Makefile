@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 OUT    ?= output
 
-.PHONY: setup models tutorial test lint lab bench speed notebooks gpu-pack gpu-check clean
+.PHONY: setup models tutorial test lint lab bench speed kernels notebooks gpu-pack gpu-check clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,9 @@ bench: models  ## speed benchmark of every method on the article's raw prompts (
 
 speed: models  ## the speed protocol: both learned drafters on held-out chat requests, about 75 min on 2 cores (README)
 	$(PY) -m helpers.speed --out $(OUT)/speed.json
+
+kernels: models  ## the roofline of the expert's execution paths (eager, prepacked, bf16, int8), about 12 min (README)
+	$(PY) -m helpers.kernels --out $(OUT)/kernels.json
 
 notebooks: export BIG_SMALL_HEADLESS=1
 notebooks: models  ## maintainers: re-execute the committed notebooks in place (MKL's native kernels), strip, stamp

@@ -46,6 +46,7 @@ from helpers.decoding.core import (
     probabilities,
 )
 from helpers.decoding.speculation import check_confidence_threshold, confident, draft_and_verify
+from helpers.kernels import dense_weight
 
 
 def head_config(expert: PreTrainedModel) -> LlamaConfig:
@@ -88,7 +89,7 @@ class DraftHead(torch.nn.Module):
             raise ValueError(f"the head reads features of size {self.config.hidden_size}, the expert has "
                              f"{expert.config.hidden_size}: this head was trained for another expert")
         self.embedding = expert.get_input_embeddings().weight.detach()
-        self.readout = expert.get_output_embeddings().weight.detach()[self.vocab].clone()
+        self.readout = dense_weight(expert.get_output_embeddings())[self.vocab].clone()
         return self
 
     @property

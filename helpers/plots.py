@@ -241,7 +241,7 @@ def speculative_stepper(tokenizer, iterations: Sequence[SpecIteration], *, inter
     if interactive is None:
         interactive = not os.environ.get("BIG_SMALL_HEADLESS")
     if not interactive:
-        speculative_iterations(tokenizer, iterations, title="all iterations")
+        speculative_iterations(tokenizer, iterations, title=f"the {len(iterations)} iterations of the stepper")
         plt.show()
         for n, it in enumerate(iterations, 1):
             print(f"#{n}: {describe_iteration(tokenizer, it)}")
@@ -321,6 +321,35 @@ def forward_cost_by_context(by_context: dict[int, dict[int, tuple[float, float, 
     ax.set_ylabel("cost in 1-token steps")
     ax.legend(fontsize=8)
     ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def roofline(paths: dict[str, dict], *, title: str = "") -> Figure:
+    """Notebook 04: per execution path (:func:`helpers.kernels.roofline`), left the measured 1-token step beside its
+    bandwidth limit (the weights' bytes / the read bandwidth), right r(n), the cost of a pass over n tokens in
+    1-token steps of the same path."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [1, 1.3]})
+    names = list(paths)
+    colors = plt.cm.viridis([0.05 + 0.85 * i / max(1, len(names) - 1) for i in range(len(names))])
+    xs = range(len(names))
+    left.bar([x - 0.2 for x in xs], [1e3 * paths[n]["step_seconds"] for n in names], width=0.4, color=colors,
+             label="measured step")
+    left.bar([x + 0.2 for x in xs], [1e3 * paths[n]["limit_seconds"] for n in names], width=0.4, color=colors,
+             alpha=0.35, hatch="//", label="bandwidth limit")
+    left.set_xticks(list(xs), [n.replace(" ", "\n") for n in names], fontsize=8)
+    left.set_ylabel("ms per 1-token step")
+    left.legend(fontsize=8)
+    for name, color in zip(names, colors, strict=True):
+        r = {int(n): v for n, v in paths[name]["r"].items()}
+        ns = sorted(r)
+        right.plot(ns, [r[n] for n in ns], "o-", ms=3, color=color, label=name)
+    right.axhline(1.0, ls="--", color="grey", lw=1)
+    right.set_ylim(0, max(2.5, max(max(p["r"].values()) for p in paths.values()) * 1.05))
+    right.set_xlabel("tokens in one forward pass (a verification pass: γ + 1)")
+    right.set_ylabel("cost in 1-token steps of the same path")
+    right.legend(fontsize=8)
+    fig.suptitle(title)
     fig.tight_layout()
     return fig
 

@@ -1,9 +1,10 @@
 """How fast the drafters of notebooks 03-07 make the pocket expert on this CPU, measured with the tutorial's protocol
 (:mod:`helpers.protocol`) on the held-out evaluation prompts (``data/eval_prompts.txt``, chat template, EOS on).
 
-``python -m helpers.speed --out data/results/speed-<cpu>.json [--runs 2]`` writes one file per CPU with its
-command, settings, machine and every raw number, in three phases (``--show`` prints an existing file's table and
-README row; ``--quick`` runs every phase on two prompts with a few tokens):
+``python -m helpers.speed --out data/results/speed-<cpu>.json [--runs 2] [--kernels eager]`` writes one file per CPU
+and execution path of the models (:mod:`helpers.kernels`) with its command, settings, machine and every raw number,
+in three phases (``--show`` prints an existing file's table and README row; ``--quick`` runs every phase on two
+prompts with a few tokens):
 
 1. **costs** (:func:`context_costs`): on the first ``--cost-prompts`` evaluation prompts, each extended by 0, 32 and
    64 tokens, the seconds of an expert pass over n = 1..16 new tokens, of a step of the distilled draft and of a
@@ -45,6 +46,7 @@ from helpers.compare import mean_of
 from helpers.data import EVAL_PROMPTS, read_prompts
 from helpers.decoding import naive, speculative
 from helpers.heads import DraftHead, HeadStep, head_speculative, load_head
+from helpers.kernels import KERNELS, with_kernels
 from helpers.models import Pair, load_pair
 from helpers.protocol import MIN_PROMPTS, Decoder, across_runs, depth_acceptance, mean_speedup, timed_runs
 from helpers.timing import ForwardStep, interleaved, speedup_from_counts
@@ -178,12 +180,17 @@ def encoded(pair: Pair, texts: Sequence[str]) -> list[torch.Tensor]:
     return [pair.encode_chat(t) for t in texts]
 
 
+def load(kernels: str) -> tuple[Pair, DraftHead]:
+    """The pocket pair and the draft head, all three on the execution path ``kernels`` (:mod:`helpers.kernels`)."""
+    pair = load_pair("pocket", kernels=kernels)
+    return pair, with_kernels(load_head(pair.expert), kernels)
+
+
 def evaluate_run(out: Path, run: int) -> None:
     """Phase 3, one run (called in its own process by :func:`main`): appends its records to ``out``."""
     result = json.loads(out.read_text())
-    pair = load_pair("pocket")
-    head = load_head(pair.expert)
     s = result["settings"]
+    pair, head = load(s.get("kernels", "eager"))
     configs = evaluation_configs(pair, head, result["selected"], s["max_new_tokens"])
     started = time.time()
     records = timed_runs(configs, encoded(pair, result["evaluation_prompts"]), rounds=s["rounds"], seed=1000 + run)
@@ -196,6 +203,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--runs", type=int, default=2, help="independent evaluation runs, each in its own process")
     parser.add_argument("--quick", action="store_true", help="two prompts, a few tokens: a smoke test, no intervals")
+    parser.add_argument("--kernels", choices=KERNELS, default="eager", help="the models' execution path")
     for key, value in DEFAULTS.items():
         parser.add_argument(f"--{key.replace('_', '-')}", type=int, default=None, help=f"default {value}")
     parser.add_argument("--show", action="store_true",
@@ -212,14 +220,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     settings = {**DEFAULTS, **(QUICK if args.quick else {}),
                 **{k: getattr(args, k) for k in DEFAULTS if getattr(args, k) is not None}}
     started = time.time()
-    pair = load_pair("pocket")
-    head = load_head(pair.expert)
+    pair, head = load(args.kernels)
     selection, evaluation = split(read_prompts(EVAL_PROMPTS))
     selection, evaluation = selection[:settings["select_prompts"]], evaluation[:settings["eval_prompts"]]
     result = {"command": "python -m helpers.speed " + " ".join(sys.argv[1:] if argv is None else argv),
               "settings": {**settings, "runs": args.runs, "gammas": list(GAMMAS), "dynamic": [DYNAMIC_MAX, CONFIDENCE],
                            "temperatures": list(TEMPERATURES), "context_extra": list(CONTEXT_EXTRA),
-                           "prompts_file": EVAL_PROMPTS.name, "chat_template": True, "eos": True},
+                           "prompts_file": EVAL_PROMPTS.name, "chat_template": True, "eos": True,
+                           "kernels": args.kernels},
               "machine": machine_info(pair.device), "selection_prompts": selection, "evaluation_prompts": evaluation}
     result["costs"] = context_costs(pair, head, encoded(pair, evaluation[:settings["cost_prompts"]]),
                                     repeats=settings["cost_repeats"])
@@ -272,7 +280,7 @@ def summary(result: dict) -> dict:
     return out
 
 
-def _speedup_text(entry: dict) -> str:
+def speedup_text(entry: dict) -> str:
     """``0.74× [0.71, 0.77] (runs 0.73×, 0.75×)``, or only the runs' means below :data:`MIN_PROMPTS` prompts."""
     runs = ", ".join(f"{s:.2f}×" for s in entry["speedup_per_run"])
     if entry["speedup"] is None:
@@ -293,7 +301,7 @@ def markdown_table(result: dict) -> str:
         for drafter, gamma in s["selected"][f"T={temperature:g}"].items():
             e = s[config_name(drafter, gamma, temperature)]
             depth = ", ".join(f"{a:.2f}" for a in e["alpha_by_depth"][:3])
-            lines.append(f"| {drafter} | {temperature:g} | {gamma} | {_speedup_text(e)} | {e['alpha'].mean:.3f} | "
+            lines.append(f"| {drafter} | {temperature:g} | {gamma} | {speedup_text(e)} | {e['alpha'].mean:.3f} | "
                          f"{depth} | {e['share_kept']:.2f} | {e['tokens_per_call']:.2f} | {e['explained']:.2f}× | "
                          f"{e['model_gap']:.2f} |")
     c, r = s["costs"]["c"], s["costs"]["r"]
@@ -309,7 +317,9 @@ def markdown_table(result: dict) -> str:
               f"- {s['prompts']} evaluation prompts × {st['rounds']} shuffled rounds × {s['runs']} runs (separate "
               f"processes), up to {st['max_new_tokens']} tokens, chat template, EOS on; γ selected on "
               f"{len(result['selection_prompts'])} other prompts ({st['select_tokens']} tokens, 1 round)",
-              f"- {result['machine']['cpu_kind']}, {result['machine']['threads']} threads; `{result['command']}`"]
+              f"- {result['machine']['cpu_kind']}, {result['machine']['threads']} threads"
+              + ("" if st.get("kernels", "eager") == "eager" else f", {st['kernels']} linear layers (helpers.kernels)")
+              + f"; `{result['command']}`"]
     return "\n".join(lines)
 
 
@@ -318,14 +328,15 @@ def readme_row(result: dict) -> str:
     s = summary(result)
     parts = []
     for temperature in TEMPERATURES:
-        drafters = "; ".join(f"{drafter} γ = {gamma}: {_speedup_text(s[config_name(drafter, gamma, temperature)])}"
+        drafters = "; ".join(f"{drafter} γ = {gamma}: {speedup_text(s[config_name(drafter, gamma, temperature)])}"
                              for drafter, gamma in s["selected"][f"T={temperature:g}"].items())
         parts.append(f"{'greedy' if temperature == 0 else f'T = {temperature:g}'}: {drafters}")
     st = result["settings"]
     what = (f"**the distilled draft and the draft head, one protocol** (notebooks 05, 07; {s['prompts']} held-out chat "
             f"requests, chat template, EOS on, up to {st['max_new_tokens']} tokens, {st['rounds']} shuffled rounds × "
             f"{s['runs']} runs; γ selected on {len(result['selection_prompts'])} other requests; speedup over naive "
-            "decoding, pooled [95 % CI] and each run)")
+            "decoding" + ("" if st.get("kernels", "eager") == "eager" else f" on the same {st['kernels']} path")
+            + ", pooled [95 % CI] and each run)")
     return f"| {what} | {result['machine']['cpu_kind']} | {' — '.join(parts)} | `{result['command']}` |"
 
 

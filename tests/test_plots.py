@@ -95,3 +95,11 @@ def test_head_architecture_and_draft_tree_pictures(tiny_text_pair):
     assert len(tree_ax.texts) == 5 and "0.40" in tree_ax.texts[3].get_text()
     mask = mask_ax.images[0].get_array()
     assert mask.shape == (5, 5) and mask[3, 1] == 1 and mask[3, 2] == 0  # node 2 sees node 0 (its parent), not 1
+
+
+def test_roofline_draws_every_path():
+    paths = {name: {"step_seconds": step, "limit_seconds": 0.01, "r": {"1": 1.0, "2": 1.4, "3": 1.2}}
+             for name, step in (("fp32 eager", 0.07), ("int8", 0.04))}
+    fig = plots.roofline(paths, title="t")
+    assert isinstance(fig, Figure) and len(fig.axes) == 2
+    assert [line.get_label() for line in fig.axes[1].get_lines()][:2] == ["fp32 eager", "int8"]

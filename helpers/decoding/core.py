@@ -64,7 +64,8 @@ def _device(model: PreTrainedModel) -> torch.device:
 
 
 def _vocab_size(model: PreTrainedModel) -> int:
-    return model.get_output_embeddings().weight.shape[0]
+    head = model.get_output_embeddings()  # a converted layer (helpers.kernels) may keep no plain .weight
+    return head.out_features if hasattr(head, "out_features") else head.weight.shape[0]
 
 
 def _context_length(model: PreTrainedModel) -> int | None:
