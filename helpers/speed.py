@@ -332,11 +332,13 @@ def readme_row(result: dict) -> str:
                              for drafter, gamma in s["selected"][f"T={temperature:g}"].items())
         parts.append(f"{'greedy' if temperature == 0 else f'T = {temperature:g}'}: {drafters}")
     st = result["settings"]
-    what = (f"**the distilled draft and the draft head, one protocol** (notebooks 05, 07; {s['prompts']} held-out chat "
+    eager = st.get("kernels", "eager") == "eager"
+    where = "notebooks 05, 07" if eager else "notebook 04"
+    runs = f"{s['runs']} run{'s' if s['runs'] != 1 else ''}"
+    what = (f"**the distilled draft and the draft head, one protocol** ({where}; {s['prompts']} held-out chat "
             f"requests, chat template, EOS on, up to {st['max_new_tokens']} tokens, {st['rounds']} shuffled rounds × "
-            f"{s['runs']} runs; γ selected on {len(result['selection_prompts'])} other requests; speedup over naive "
-            "decoding" + ("" if st.get("kernels", "eager") == "eager" else f" on the same {st['kernels']} path")
-            + ", pooled [95 % CI] and each run)")
+            f"{runs}; γ selected on {len(result['selection_prompts'])} other requests; speedup over naive decoding"
+            + ("" if eager else f" on the same {st['kernels']} path") + ", pooled [95 % CI] and each run)")
     return f"| {what} | {result['machine']['cpu_kind']} | {' — '.join(parts)} | `{result['command']}` |"
 
 
