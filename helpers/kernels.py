@@ -5,14 +5,15 @@ once and does two flops per weight, so its time is bounded below by the *bandwid
 
     t_limit = bytes of the weights read per step / read bandwidth of the memory            (roofline, Williams 2009)
 
-and a pass over n tokens reads the same bytes once, so r(n) = (n-token pass) / (1-token step) should stay near 1
+and a pass over n tokens reads the same bytes once, so its cost in 1-token steps, (n-token pass) / (1-token step)
+(= r(n − 1) in the tutorial's notation: a verification pass over γ + 1 tokens costs r(γ)), should stay near 1
 while the pass is memory-bound. How close a CPU gets depends on the *kernels* that do the multiplications, not on
 the model. The paths (:data:`KERNELS`), chosen by ``load_pair(..., kernels=...)``:
 
 ``"eager"``
     PyTorch's default fp32 linear layers: a matrix-vector kernel for one token, a general matrix-matrix kernel for
     several, which typically copies ("packs") blocks of the weight matrix into a cache-friendly layout at every
-    call (Goto & van de Geijn 2008): a likely cause of the jump in r(n) from n = 2 on.
+    call (Goto & van de Geijn 2008): a likely cause of the jump in the cost of a pass from 2 tokens on.
 ``"prepacked"``
     The same fp32 weights converted once into oneDNN's blocked layout (``torch.utils.mkldnn.to_mkldnn``): the
     layout is paid for at load time, not at every call. The same expert up to float rounding.
@@ -35,8 +36,9 @@ has bf16 instructions, :func:`helpers.machine.fast_bf16`). ``torch.compile`` is 
 EPYC with AVX-512 it took 218 s to compile the pocket expert for one token and 241 s more for four (one probe).
 
 ``python -m helpers.kernels --out data/results/kernels-<cpu>.json`` measures the roofline of every path on the
-evaluation prompts (:func:`measure`): read bandwidth, bytes per step, step time and r(n) for n = 1..16, interleaved
-in one shuffled order per round, raw seconds kept; and what each path changes (:func:`fidelity`).
+evaluation prompts (:func:`measure`): read bandwidth, bytes per step, step time and the cost of a pass over
+n = 1..16 tokens, interleaved in one shuffled order per round, raw seconds kept; and what each path changes
+(:func:`fidelity`).
 """
 
 from __future__ import annotations
@@ -213,8 +215,9 @@ def measure(models: dict[str, PreTrainedModel], prompts: Sequence[torch.Tensor],
 
 
 def roofline(rows: Sequence[dict], step_bytes_by_path: dict[str, int], bandwidth: float) -> dict[str, dict]:
-    """Per path: the median 1-token step (seconds), its bandwidth limit, step / limit, and r(n) per n: each prompt's
-    median per-round ratio of an n-token pass to the same round's 1-token step, then the median over prompts."""
+    """Per path: the median 1-token step (seconds), its bandwidth limit, step / limit, and ``r``: {n: the cost of a
+    pass over n tokens in 1-token steps} (r(n − 1) in the notation box), each prompt's median per-round ratio of an
+    n-token pass to the same round's 1-token step, then the median over prompts."""
     out = {}
     for name, n_bytes in step_bytes_by_path.items():
         per_prompt = [row["seconds"][name] for row in rows]

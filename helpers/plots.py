@@ -327,7 +327,7 @@ def forward_cost_by_context(by_context: dict[int, dict[int, tuple[float, float, 
 
 def roofline(paths: dict[str, dict], *, title: str = "") -> Figure:
     """Notebook 04: per execution path (:func:`helpers.kernels.roofline`), left the measured 1-token step beside its
-    bandwidth limit (the weights' bytes / the read bandwidth), right r(n), the cost of a pass over n tokens in
+    bandwidth limit (the weights' bytes / the read bandwidth), right the cost of a pass over n tokens in
     1-token steps of the same path."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [1, 1.3]})
     names = list(paths)
