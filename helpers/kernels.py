@@ -115,18 +115,14 @@ def with_kernels(model: torch.nn.Module, kernels: str) -> torch.nn.Module:
     (GPT-2's ``Conv1D``, say) stay as they are."""
     device = next(model.parameters()).device
     check_kernels(kernels, device)
-    if kernels == "prepacked":
-        if next(model.parameters()).dtype not in (torch.float32, torch.bfloat16):
-            raise ValueError("prepacked linear layers need fp32 or bf16 weights")
+    if kernels == "prepacked" and next(model.parameters()).dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError("prepacked linear layers need fp32 or bf16 weights")
+    convert = {"prepacked": lambda linear: MkldnnLinear(linear, dtype=linear.weight.dtype), "int8": Int8Linear}
+    if kernels in convert:
         for parent in list(model.modules()):
             for name, child in list(parent.named_children()):
                 if type(child) is torch.nn.Linear:
-                    setattr(parent, name, MkldnnLinear(child, dtype=child.weight.dtype))
-    elif kernels == "int8":
-        for parent in list(model.modules()):
-            for name, child in list(parent.named_children()):
-                if type(child) is torch.nn.Linear:
-                    setattr(parent, name, Int8Linear(child))
+                    setattr(parent, name, convert[kernels](child))
     return model
 
 
