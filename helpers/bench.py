@@ -61,6 +61,7 @@ from helpers.decoding.lookup import lookup_draft
 from helpers.heads import DraftHead, HeadStep, head_speculative, load_head
 from helpers.machine import cpu_name, describe_cpu
 from helpers.models import Pair, load_pair, self_draft
+from helpers.protocol import MIN_PROMPTS
 from helpers.timing import (
     ForwardStep,
     drafter_costs,
@@ -409,7 +410,8 @@ def run_benchmark(pair: Pair, prompts: Sequence[Prompt], gammas: Sequence[int], 
                      "new_tokens": sorted(lengths[name]),
                      "same_text_as_naive": sum(same_text[name]) / len(same_text[name]),
                      "speedup_vs_naive": median([x for per_prompt in speedups[name] for x in per_prompt]),
-                     "speedup_interval": (median_interval(speedups[name]) if len(speedups[name]) > 1 else None)}
+                     "speedup_interval": (median_interval(speedups[name]) if len(speedups[name]) >= MIN_PROMPTS
+                                          else None)}
         if method in DRAFTER:
             row["c"] = c_by[DRAFTER[method]]
         if method in OURS_DRAFTING:
@@ -470,9 +472,11 @@ def _fmt(value: float | None, spec: str = ".2f") -> str:
     return "–" if value is None or (isinstance(value, float) and not math.isfinite(value)) else format(value, spec)
 
 
-def _interval(row: dict) -> str:
+def _interval(row: dict, prompts: int) -> str:
+    """`` [low, high]``, or nothing below :data:`~helpers.protocol.MIN_PROMPTS` prompts (files written before that
+    rule hold intervals from fewer prompts: they are not shown)."""
     interval = row.get("speedup_interval")
-    return f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else ""
+    return f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval and prompts >= MIN_PROMPTS else ""
 
 
 def markdown_table(result: dict) -> str:
@@ -480,8 +484,10 @@ def markdown_table(result: dict) -> str:
     every drafter's c (``cost.c_by_drafter``) get the columns c, r and "from counts"
     (:func:`helpers.timing.speedup_from_counts`)."""
     per_drafter = "c_by_drafter" in result["cost"]
+    prompts = len(result["settings"]["prompts"])
     extra_head, extra_rule = (" c | r | from counts |", "---:|---:|---:|") if per_drafter else ("", "")
-    lines = ["| configuration | γ | ms/token median | min–max | speedup vs naive [95 % CI] | explained | α | "
+    ci = " [95 % CI]" if prompts >= MIN_PROMPTS else f" (no interval from {prompts} prompts)"
+    lines = [f"| configuration | γ | ms/token median | min–max | speedup vs naive{ci} | explained | α | "
              f"drafts kept | tokens/expert call |{extra_head} same text |",
              f"|---|---:|---:|---:|---:|---:|---:|---:|---:|{extra_rule}---:|"]
     for row in result["configurations"]:
@@ -493,7 +499,7 @@ def markdown_table(result: dict) -> str:
                      f"{_fmt(counts)}{'×' if counts is not None else ''} |")
         lines.append(
             f"| {row['label']} | {row['gamma'] or ''} | {t['median'] * 1e3:.1f} | "
-            f"{t['min'] * 1e3:.1f}–{t['max'] * 1e3:.1f} | {_fmt(row['speedup_vs_naive'])}×{_interval(row)} | "
+            f"{t['min'] * 1e3:.1f}–{t['max'] * 1e3:.1f} | {_fmt(row['speedup_vs_naive'])}×{_interval(row, prompts)} | "
             f"{_fmt(row.get('predicted_speedup'))}{'×' if 'predicted_speedup' in row else ''} | "
             f"{_fmt(row.get('alpha'))} | {_fmt(row.get('share_kept', row.get('acceptance_rate')))} | "
             f"{_fmt(row.get('tokens_per_expert_call'))} |{extra} "

@@ -38,7 +38,8 @@ EPYC with AVX-512 it took 218 s to compile the pocket expert for one token and 2
 ``python -m helpers.kernels --out data/results/kernels-<cpu>.json`` measures the roofline of every path on the
 evaluation prompts (:func:`measure`): read bandwidth, bytes per step, step time and the cost of a pass over
 n = 1..16 tokens, interleaved in one shuffled order per round, raw seconds kept; and what each path changes
-(:func:`fidelity`).
+(:func:`fidelity`). The bf16 path is measured only on a CPU with bf16 instructions; elsewhere a few alternating
+steps (:func:`bf16_probe`) record why it is left out.
 """
 
 from __future__ import annotations
@@ -175,16 +176,30 @@ def read_bandwidth(n_bytes: int = 512 * 2**20, repeats: int = 20) -> float:
     return n_bytes / float(np.median(seconds))
 
 
-def paths(pair: Pair) -> dict[str, tuple[PreTrainedModel, PreTrainedModel]]:
+def paths(pair: Pair, *, bf16: bool = True) -> dict[str, tuple[PreTrainedModel, PreTrainedModel]]:
     """The pocket pair (expert, distilled draft) on every path of the roofline: ``"fp32 eager"`` (``pair``'s own
-    models), ``"fp32 prepacked"``, ``"bf16 eager"`` and ``"int8"`` (converted copies)."""
+    models), ``"fp32 prepacked"``, ``"bf16 eager"`` (only with ``bf16``) and ``"int8"`` (converted copies)."""
     def copies(convert: Callable[[torch.nn.Module], torch.nn.Module]) -> tuple[PreTrainedModel, PreTrainedModel]:
         return convert(copy.deepcopy(pair.expert)), convert(copy.deepcopy(pair.amateur))
 
-    return {"fp32 eager": (pair.expert, pair.amateur),
-            "fp32 prepacked": copies(lambda m: with_kernels(m, "prepacked")),
-            "bf16 eager": copies(lambda m: m.to(torch.bfloat16)),
-            "int8": copies(lambda m: with_kernels(m, "int8"))}
+    out = {"fp32 eager": (pair.expert, pair.amateur),
+           "fp32 prepacked": copies(lambda m: with_kernels(m, "prepacked"))}
+    if bf16:
+        out["bf16 eager"] = copies(lambda m: m.to(torch.bfloat16))
+    return out | {"int8": copies(lambda m: with_kernels(m, "int8"))}
+
+
+def bf16_probe(expert: PreTrainedModel, ids: torch.Tensor, repeats: int = 5) -> dict[str, float]:
+    """Median seconds of a 1-token step of ``expert`` in fp32 and in bf16, alternating, on one prompt: why a CPU
+    without bf16 instructions (:func:`helpers.machine.fast_bf16`) leaves the bf16 path out of the roofline."""
+    steps = {"fp32": ForwardStep(expert, ids, 1), "bf16": ForwardStep(copy.deepcopy(expert).to(torch.bfloat16), ids, 1)}
+    seconds: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(repeats + 1):  # the first round warms up
+        for name, step in steps.items():
+            start = time.perf_counter()
+            step()
+            seconds[name].append(time.perf_counter() - start)
+    return {f"{name}_step_seconds": float(np.median(s[1:])) for name, s in seconds.items()}
 
 
 def measure(models: dict[str, PreTrainedModel], prompts: Sequence[torch.Tensor], *, max_tokens: int = 16,
@@ -280,12 +295,17 @@ def readme_row(result: dict) -> str:
     what = (f"**execution paths of the expert** (notebook 04; {s['prompts']} held-out chat requests, passes over "
             f"1..16 tokens, {s['repeats']} shuffled rounds, one run)")
     bandwidth = f"read bandwidth {result['bandwidth_bytes_per_second'] / 1e9:.0f} GB/s; "
-    return f"| {what} | {result['machine']['cpu_kind']} | {bandwidth}{paths_text} | `{result['command']}` |"
+    left_out = "".join(f"; {name} left out (no bf16 instructions: one step {1e3 * row['bf16_step_seconds']:.0f} ms, "
+                       f"fp32 {1e3 * row['fp32_step_seconds']:.0f} ms)"
+                       for name, row in result.get("left_out", {}).items())
+    return (f"| {what} | {result['machine']['cpu_kind']} | {bandwidth}{paths_text}{left_out} | "
+            f"`{result['command']}` |")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     from helpers.bench import machine_info
     from helpers.data import EVAL_PROMPTS, read_prompts
+    from helpers.machine import fast_bf16
     from helpers.models import load_pair
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -300,8 +320,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     started = time.perf_counter()
     pair = load_pair("pocket")
-    pairs = paths(pair)
+    bf16 = fast_bf16("cpu")
+    pairs = paths(pair, bf16=bf16)
     prompts = [pair.encode_chat(p) for p in read_prompts(EVAL_PROMPTS)[: args.prompts]]
+    left_out = {} if bf16 else {"bf16 eager": {
+        "why": "no bf16 instructions (helpers.machine.fast_bf16): the kernels emulate bf16",
+        **bf16_probe(pair.expert, prompts[0])}}
     bandwidth = read_bandwidth()
     rows = measure({name: expert for name, (expert, _) in pairs.items()}, prompts, repeats=args.repeats)
     result = {"command": "python -m helpers.kernels " + " ".join(argv or sys.argv[1:]),
@@ -309,6 +333,7 @@ def main(argv: Sequence[str] | None = None) -> None:
               "settings": vars(args) | {"out": str(args.out)}, "bandwidth_bytes_per_second": bandwidth,
               "roofline": roofline(rows, {name: step_bytes(e) for name, (e, _) in pairs.items()}, bandwidth),
               "fidelity": fidelity(pairs, prompts, max_new_tokens=args.fidelity_tokens, eos_token_id=pair.eos_token_id),
+              "left_out": left_out,
               "raw": rows,
               "seconds": time.perf_counter() - started}
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -319,6 +344,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name, row in result["fidelity"].items():
         print(f"{name:15s} argmax = fp32's on {row['argmax_agreement']:.3f}, perplexity {row['perplexity']:.2f}, "
               f"step vs pass {row['step_vs_pass']:.1e}, greedy identical on {row['greedy_identical']}/{row['prompts']}")
+    for name, row in left_out.items():
+        print(f"{name:15s} left out: {row['why']}; one step {1e3 * row['bf16_step_seconds']:.0f} ms in bf16 vs "
+              f"{1e3 * row['fp32_step_seconds']:.0f} ms in fp32")
 
 
 if __name__ == "__main__":

@@ -377,13 +377,15 @@ def speed_by_gamma(result: dict, *, title: str = "") -> Figure:
 
 
 def speedup_surface(cs: Sequence[float], *, r: float | dict[int, float] = 1.0,
-                    points: Sequence[tuple[float, int, float, str]] = (), title: str = "") -> Figure:
-    """Notebooks 04 and 06: the predicted speedup E[tokens] / (γc + r(γ)) over α × γ, one panel per draft cost c.
+                    points: Sequence[tuple[float, int, float, str]] = (), title: str = "",
+                    alpha_label: str = "α (acceptance rate)") -> Figure:
+    """Notebooks 04 and 06: the cost model's speedup E[tokens] / (γc + r(γ)) over α × γ, one panel per draft cost c.
 
-    Panels are ordered by c and share one colour scale; the white contour at 1 separates "faster" (to its right:
-    higher α) from "slower". ``r`` is one verification cost for every γ, or the measured r(γ) per γ (then the
-    γ axis shows exactly the measured γ). ``points`` = (α, γ, c, label) are drawn, labelled, in the panel with the
-    nearest c.
+    Panels are ordered by c and share one colour scale; each γ is one row of cells (γ is a whole number); the white
+    contour at 1 separates "faster" (to its right: higher α) from "slower". ``r`` is one verification cost for every
+    γ, or the measured r(γ) per γ (then the γ axis shows exactly the measured γ). ``points`` = (α, γ, c, label) are
+    drawn, labelled, in the panel with the nearest c; ``alpha_label`` names the α on the x axis (e.g. the greedy
+    agreement).
     """
     from matplotlib.colors import Normalize
 
@@ -396,22 +398,21 @@ def speedup_surface(cs: Sequence[float], *, r: float | dict[int, float] = 1.0,
     grids = [torch.tensor([[predicted_speedup(float(a), g, c, r_of[g]) for a in alphas] for g in gammas])
              for c in cs]
     norm = Normalize(vmin=min(float(g.min()) for g in grids), vmax=max(float(g.max()) for g in grids))
-    levels = torch.linspace(norm.vmin, norm.vmax, 21).tolist()  # one scale for every panel
     r_text = (f"r = {r:.2f}" if not isinstance(r, dict)
               else f"r(γ) measured: {min(r.values()):.2f}–{max(r.values()):.2f}")
     fig, axes = plt.subplots(1, len(cs), figsize=(4.0 * len(cs) + 1.2, 3.6), squeeze=False, sharey=True)
     for ax, c, grid in zip(axes[0], cs, grids, strict=True):
-        ax.contourf(alphas, gammas, grid, levels=levels, cmap="viridis", norm=norm)
+        ax.pcolormesh(alphas, gammas, grid, shading="nearest", cmap="viridis", norm=norm)
         ax.contour(alphas, gammas, grid, levels=[1.0], colors="white", linewidths=1.5)
         ax.set_title(f"c = {c:g}, {r_text}", fontsize=10)
-        ax.set_xlabel("α (acceptance rate)")
+        ax.set_xlabel(alpha_label)
         for alpha, gamma, pc, label in points:
             if min(cs, key=lambda x: abs(x - pc)) == c:
                 ax.plot(alpha, gamma, "o", color=COLORS["rejected"], ms=8, markeredgecolor="white")
                 ax.annotate(label, (alpha, gamma), color="white", xytext=(-6, 6), textcoords="offset points",
                             ha="right" if alpha > 0.5 else "left", fontsize=9)
     axes[0][0].set_ylabel("γ")
-    fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap="viridis"), ax=axes[0].tolist(), label="predicted speedup")
+    fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap="viridis"), ax=axes[0].tolist(), label="E[tokens] / (γc + r(γ))")
     fig.suptitle(title)
     return fig
 
@@ -434,27 +435,28 @@ def head_architecture(*, hidden: int, layers: int, vocab: int, draft_vocab: int)
     draft step on the head reads its own f̂ (dashed)."""
     blue, orange, grey = "#c6dbef", "#fdd0a2", "#e5e5e5"
     fig, ax = plt.subplots(figsize=(11, 5.2))
-    _box(ax, 0.2, 0.3, 2.6, 0.6, "tokens x_0 .. x_t", grey)
+    _box(ax, 0.2, 0.3, 2.6, 0.6, r"tokens $x_0 \ldots x_t$", grey)
     _box(ax, 0.2, 1.3, 2.6, 1.6, f"expert: embedding +\n{layers} decoder layers\n+ final norm\n(d = {hidden})", blue)
-    _box(ax, 0.2, 3.3, 2.6, 0.6, "feature f_t", blue)
-    _box(ax, 0.2, 4.3, 2.6, 0.6, f"LM head ({vocab:,} rows)\n→ p(x_{{t+1}})", blue, fontsize=8)
+    _box(ax, 0.2, 3.3, 2.6, 0.6, r"feature $f_t$", blue)
+    _box(ax, 0.2, 4.3, 2.6, 0.6, f"LM head ({vocab:,} rows)\n→ $p(x_{{t+1}})$", blue, fontsize=8)
     _arrow(ax, (1.5, 0.9), (1.5, 1.3))
     _arrow(ax, (1.5, 2.9), (1.5, 3.3))
     _arrow(ax, (1.5, 3.9), (1.5, 4.3))
-    _box(ax, 4.0, 0.3, 2.4, 0.6, "embedding e(x_{t+1})\n(the expert's, frozen)", grey, fontsize=8)
-    _box(ax, 4.0, 1.3, 4.6, 0.6, f"fc: [e(x_{{t+1}}); f_t]  ({2 * hidden} → {hidden})", orange)
+    _box(ax, 4.0, 0.3, 2.4, 0.6, "embedding $e(x_{t+1})$\n(the expert's, frozen)", grey, fontsize=8)
+    _box(ax, 4.0, 1.3, 4.6, 0.6, f"fc: $[e(x_{{t+1}}); f_t]$  ({2 * hidden} → {hidden})", orange)
     _box(ax, 4.0, 2.3, 4.6, 0.9, "one decoder layer, the expert's shape\n(attention over the head's own KV cache"
          " + MLP)", orange, fontsize=8)
-    _box(ax, 4.0, 3.6, 2.4, 0.6, "predicted f̂_{t+1}", orange)
-    _box(ax, 4.0, 4.5, 4.6, 0.6, f"the expert's LM head, only the rows of V_draft ({draft_vocab:,})\n→ q(x_{{t+2}})",
+    _box(ax, 4.0, 3.6, 2.4, 0.6, r"predicted $\hat f_{t+1}$", orange)
+    _box(ax, 4.0, 4.5, 4.6, 0.6,
+         f"the expert's LM head, only the rows of $V_\\mathrm{{draft}}$ ({draft_vocab:,})\n→ $q(x_{{t+2}})$",
          blue, fontsize=8)
     _arrow(ax, (5.2, 0.9), (5.2, 1.3))
-    _arrow(ax, (2.8, 3.6), (4.6, 1.9), "f_t")
+    _arrow(ax, (2.8, 3.6), (4.6, 1.9), "$f_t$")
     _arrow(ax, (6.3, 1.9), (6.3, 2.3))
     _arrow(ax, (5.2, 3.2), (5.2, 3.6))
     _arrow(ax, (5.2, 4.2), (5.2, 4.5))
     _arrow(ax, (6.4, 3.9), (8.4, 1.9), linestyle="--", color="#d62728")
-    ax.text(7.6, 3.6, "draft steps 2..γ:\nf̂ in place of f", fontsize=8, color="#d62728")
+    ax.text(7.6, 3.6, "draft steps 2..γ:\n" + r"$\hat f$ in place of $f$", fontsize=8, color="#d62728")
     ax.text(4.0, 5.45, "draft head (trained)", fontsize=11, color="#e6550d", weight="bold")
     ax.text(0.2, 5.45, "expert (frozen)", fontsize=11, color="#08519c", weight="bold")
     ax.set_xlim(0, 10)

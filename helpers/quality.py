@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from helpers.bench import machine_info
 from helpers.data import ARTICLE_PROMPTS, PROMPTS, read_prompts
 from helpers.decoding import contrastive, contrastive_search, dola, naive
 from helpers.metrics import perplexity, summarize, text_metrics
@@ -129,6 +130,7 @@ def run(pair_name: str, prompt_files: Sequence[Path], samples: int, max_new_toke
                            "methods": list(methods), "samples": samples, "max_new_tokens": max_new_tokens,
                            "seed": seed,
                            "torch": torch.__version__, "threads": torch.get_num_threads()},
+              "machine": machine_info(pair.device),
               "sets": {}}
     for path in prompt_files:
         rows = evaluate(pair, read_prompts(path, limit), samples=samples, max_new_tokens=max_new_tokens,

@@ -15,6 +15,7 @@ from helpers import bench
 from helpers.bench import assistant_drafts, markdown_table, run_benchmark
 from helpers.heads import DraftHead
 from helpers.models import Pair
+from helpers.protocol import MIN_PROMPTS
 
 N = 6
 GAMMAS = [1, 3]
@@ -109,6 +110,12 @@ def test_markdown_table_has_a_row_per_configuration(result):
     assert "| c | r | from counts |" in table
     old = {**result, "cost": {k: v for k, v in result["cost"].items() if k != "c_by_drafter"}}
     assert "from counts" not in markdown_table(old)  # results written before the per-drafter costs keep their table
+    # no speed interval from fewer than MIN_PROMPTS prompts, not even where an older file stored one
+    assert all(row["speedup_interval"] is None for row in result["configurations"])
+    stored = {**result, "configurations": [{**row, "speedup_interval": (0.5, 2.0)} for row in result["configurations"]]}
+    assert "[0.50, 2.00]" not in markdown_table(stored) and "no interval from" in markdown_table(stored)
+    many = {**stored, "settings": {**result["settings"], "prompts": [[1]] * MIN_PROMPTS}}
+    assert "[0.50, 2.00]" in markdown_table(many) and "[95 % CI]" in markdown_table(many)
 
 
 def test_sampling_also_produces_n_tokens(pair):

@@ -110,6 +110,22 @@ def test_measure_and_fidelity_on_tiny_models(tiny_pair):
     assert out["fp32 eager"]["greedy_identical"] == 2 and 0 <= out["int8"]["argmax_agreement"] <= 1
 
 
+def test_bf16_is_left_out_with_its_probe_where_the_cpu_lacks_bf16(tiny_pair):
+    class Tiny:  # the two fields of a Pair that paths() reads
+        expert, amateur = tiny_pair
+
+    assert list(kernels.paths(Tiny, bf16=False)) == ["fp32 eager", "fp32 prepacked", "int8"]
+    assert "bf16 eager" in kernels.paths(Tiny)
+    probe = kernels.bf16_probe(tiny_pair[0], torch.tensor([[1, 2, 3]]), repeats=2)
+    assert sorted(probe) == ["bf16_step_seconds", "fp32_step_seconds"] and min(probe.values()) > 0
+    result = {"settings": {"prompts": 1, "repeats": 1}, "bandwidth_bytes_per_second": 1e10, "command": "c",
+              "machine": {"cpu_kind": "a CPU"}, "left_out": {"bf16 eager": probe},
+              "roofline": {"int8": {"step_seconds": 0.01, "step_over_limit": 2.0, "limit_seconds": 0.005,
+                                    "r": {str(n): 1.0 for n in range(1, 17)}}},
+              "fidelity": {"int8": {"greedy_identical": 1, "prompts": 1}}}
+    assert "bf16 eager left out (no bf16 instructions" in kernels.readme_row(result)
+
+
 @pytest.mark.pocket
 @pytest.mark.parametrize("path", PATHS)
 def test_the_pocket_pair_on_a_path(pocket, path):

@@ -3,6 +3,7 @@ that pass their own self-checks. (nbval executes the notebooks themselves; see R
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import json
@@ -99,3 +100,51 @@ def test_placeholders_do_not_pass():
     assert "not attempted" in out.getvalue()
     with pytest.raises(AssertionError, match="V_head"):
         helpers.exercises.check_alpha_for_greedy(0.5)
+
+
+def short_path(nb: list[dict]) -> tuple[list[str], list[str]]:
+    """(code of the short path, code of the rest): the short path is every code cell before the first ``##``
+    section (title, setup, parameters) plus the sections whose heading is marked ⏱; a ``###`` section belongs to
+    the short path when it is marked or its ``##`` section is."""
+    short: list[str] = []
+    rest: list[str] = []
+    part = marked = True
+    for cell in nb:
+        text = source(cell)
+        if cell["cell_type"] == "markdown" and text.startswith(("## ", "### ")):
+            heading = text.split("\n")[0]
+            if heading.startswith("## "):
+                part = marked = "⏱" in heading
+            else:
+                marked = part or "⏱" in heading
+        elif cell["cell_type"] == "code":
+            (short if marked else rest).append(text)
+    return short, rest
+
+
+def assigned(tree: ast.AST) -> set[str]:
+    """Every name a cell binds anywhere (assignments, loops, imports, definitions, arguments)."""
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store | ast.Del)}
+    names |= {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+    names |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
+    names |= {(a.asname or a.name).split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)
+              for a in n.names}
+    return names
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_the_short_path_stands_alone(path):
+    """A workshop runs only the ⏱ sections (README, "Workshop"): no cell on that path may read a name that only a
+    skipped section defines (notebook 07 once read the model card's agreement from a skipped cell)."""
+    def parse(code: str) -> ast.AST:
+        return ast.parse("\n".join(line for line in code.splitlines() if not line.lstrip().startswith(("%", "!"))))
+
+    short, rest = short_path(cells(path))
+    only_skipped = set().union(*(assigned(parse(code)) for code in rest))
+    defined: set[str] = set()
+    for code in short:
+        tree = parse(code)
+        defined |= assigned(tree)
+        read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        missing = (read & only_skipped) - defined
+        assert not missing, f"{path.name}: a ⏱ cell reads {sorted(missing)}, defined only in a skipped section:\n{code}"

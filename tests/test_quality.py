@@ -76,6 +76,7 @@ def test_command_line_writes_json(tiny_text_pair, tmp_path, monkeypatch, capsys)
     result = json.loads(out.read_text())
     assert result["settings"]["samples"] == 1 and result["settings"]["max_new_tokens"] == 24
     assert {r["prompt"] for r in result["sets"]["p.txt"]["rows"]} == {"w1 w2", "w3"}  # --quick: 2 prompts
+    assert result["machine"]["cpu_kind"] and result["machine"]["threads"] >= 1  # which CPU wrote the texts
     assert "### p.txt" in capsys.readouterr().out
 
 
