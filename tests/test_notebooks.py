@@ -105,18 +105,19 @@ def test_placeholders_do_not_pass():
 def short_path(nb: list[dict]) -> tuple[list[str], list[str]]:
     """(code of the short path, code of the rest): the short path is every code cell before the first ``##``
     section (title, setup, parameters) plus the sections whose heading is marked ⏱; a ``###`` section belongs to
-    the short path when it is marked or its ``##`` section is."""
+    the short path when it is marked or its ``##`` section is. Headings count wherever they stand in a markdown
+    cell, not only at its start."""
     short: list[str] = []
     rest: list[str] = []
     part = marked = True
     for cell in nb:
         text = source(cell)
-        if cell["cell_type"] == "markdown" and text.startswith(("## ", "### ")):
-            heading = text.split("\n")[0]
-            if heading.startswith("## "):
-                part = marked = "⏱" in heading
-            else:
-                marked = part or "⏱" in heading
+        if cell["cell_type"] == "markdown":
+            for heading in re.findall(r"^#{2,3} .*$", text, re.M):
+                if heading.startswith("## "):
+                    part = marked = "⏱" in heading
+                else:
+                    marked = part or "⏱" in heading
         elif cell["cell_type"] == "code":
             (short if marked else rest).append(text)
     return short, rest
@@ -148,3 +149,12 @@ def test_the_short_path_stands_alone(path):
         read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
         missing = (read & only_skipped) - defined
         assert not missing, f"{path.name}: a ⏱ cell reads {sorted(missing)}, defined only in a skipped section:\n{code}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_exercise_cell_imports_its_own_checker(path):
+    """A facilitator may assign any one exercise: its cell must not rely on an earlier exercise's import."""
+    for cell in cells(path):
+        text = source(cell)
+        for name in re.findall(r"^(check_\w+)\(", text, re.M) if cell["cell_type"] == "code" else []:
+            assert re.search(rf"^from helpers\.exercises import .*\b{name}\b", text, re.M), f"{path.name}: {name}"
