@@ -515,7 +515,8 @@ def markdown_table(result: dict) -> str:
         f"explained = E[tokens]/(γ·c + r(γ)) with α = {result['alpha_source']} (the same run's α: an "
         "explanation of the measurement, not a prediction from held-out data)",
         *(["- every drafter's c: " + ", ".join(f"{k} {_fmt(v, '.3f')}" for k, v in cost["c_by_drafter"].items())
-           + "; from counts = n / Σ_rounds (d·c + r(d)) over the counted draft lengths d, r(0) = 1"]
+           + "; from counts = N / Σ_rounds (d·c + r(d)), N the tokens generated, d each round's counted draft length, "
+             "r(0) = 1"]
           if per_drafter else []),
         f"- α of the pair's amateur at temperature 1 (one sampled speculative run per prompt, γ={t1['gamma']}): "
         f"{_fmt(t1['alpha'], '.3f')}",

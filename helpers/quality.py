@@ -120,10 +120,12 @@ def markdown_table(table: dict[str, dict[str, tuple[float, float]]], metrics: Se
 
 
 def run(pair_name: str, prompt_files: Sequence[Path], samples: int, max_new_tokens: int, seed: int,
-        limit: int | None = None, progress: bool = True, methods: Sequence[str] = DEFAULT_METHODS) -> dict:
-    """Evaluate every prompt file; returns the JSON-ready result with rows and summaries."""
+        limit: int | None = None, progress: bool = True, methods: Sequence[str] = DEFAULT_METHODS,
+        amateur: str | None = None) -> dict:
+    """Evaluate every prompt file; returns the JSON-ready result with rows and summaries. ``amateur`` is
+    :func:`helpers.models.load_pair`'s (None: the pair's default amateur)."""
     start = time.perf_counter()
-    pair = load_pair(pair_name)
+    pair = load_pair(pair_name, amateur=amateur)
     result = {"command": "python -m helpers.quality " + shlex.join(sys.argv[1:]),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "settings": {"pair": pair_name, "expert": pair.expert_name, "amateur": pair.amateur_name,
@@ -144,6 +146,8 @@ def run(pair_name: str, prompt_files: Sequence[Path], samples: int, max_new_toke
 def main(argv: Sequence[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m helpers.quality", description=__doc__.split("\n\n")[0])
     parser.add_argument("--pair", default="pocket")
+    parser.add_argument("--amateur", default=None,
+                        help="the contrastive amateur, e.g. early-exit (default: the pair's own, the distilled draft)")
     parser.add_argument("--prompts", type=Path, nargs="+", default=[ARTICLE_PROMPTS, PROMPTS],
                         help="prompt files, one prompt per line (default: the article's five + data/prompts.txt)")
     parser.add_argument("--samples", type=int, default=3, help="continuations per prompt for sampling methods")
@@ -162,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     if args.quick:
         args.limit, args.samples, args.max_new_tokens = args.limit or 2, 1, 24
     result = run(args.pair, args.prompts, args.samples, args.max_new_tokens, args.seed, args.limit,
-                 methods=methods)
+                 methods=methods, amateur=args.amateur)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False))
     for name, data in result["sets"].items():

@@ -70,9 +70,12 @@ def test_bad_arguments(tiny_text_pair):
 def test_command_line_writes_json(tiny_text_pair, tmp_path, monkeypatch, capsys):
     prompts = tmp_path / "p.txt"
     prompts.write_text("w1 w2\nw3\n\nw4\n")
-    monkeypatch.setattr(quality, "load_pair", lambda name: tiny_text_pair)
+    asked = []
+    monkeypatch.setattr(quality, "load_pair", lambda name, amateur: asked.append(amateur) or tiny_text_pair)
     out = tmp_path / "q.json"
     quality.main(["--prompts", str(prompts), "--quick", "--out", str(out)])
+    quality.main(["--prompts", str(prompts), "--quick", "--amateur", "early-exit", "--out", str(tmp_path / "e.json")])
+    assert asked == [None, "early-exit"], "--amateur reaches load_pair (the committed quality-pocket.json used it)"
     result = json.loads(out.read_text())
     assert result["settings"]["samples"] == 1 and result["settings"]["max_new_tokens"] == 24
     assert {r["prompt"] for r in result["sets"]["p.txt"]["rows"]} == {"w1 w2", "w3"}  # --quick: 2 prompts
