@@ -59,7 +59,7 @@ from torch.utils.mkldnn import MkldnnLinear
 from transformers import DynamicCache, PreTrainedModel
 
 from helpers.decoding import naive, speculative
-from helpers.timing import ForwardStep
+from helpers.timing import ForwardStep, interleaved
 
 if TYPE_CHECKING:
     from helpers.models import Pair
@@ -193,13 +193,7 @@ def bf16_probe(expert: PreTrainedModel, ids: torch.Tensor, repeats: int = 5) -> 
     """Median seconds of a 1-token step of ``expert`` in fp32 and in bf16, alternating, on one prompt: why a CPU
     without bf16 instructions (:func:`helpers.machine.fast_bf16`) leaves the bf16 path out of the roofline."""
     steps = {"fp32": ForwardStep(expert, ids, 1), "bf16": ForwardStep(copy.deepcopy(expert).to(torch.bfloat16), ids, 1)}
-    seconds: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(repeats + 1):  # the first round warms up
-        for name, step in steps.items():
-            start = time.perf_counter()
-            step()
-            seconds[name].append(time.perf_counter() - start)
-    return {f"{name}_step_seconds": float(np.median(s[1:])) for name, s in seconds.items()}
+    return {f"{name}_step_seconds": float(np.median(s)) for name, s in interleaved(steps, repeats).items()}
 
 
 def measure(models: dict[str, PreTrainedModel], prompts: Sequence[torch.Tensor], *, max_tokens: int = 16,
