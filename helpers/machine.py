@@ -72,7 +72,7 @@ def float_regime() -> dict[str, object]:
     """What decides this process's float rounding: the CPU, torch's kernel set, the threads, MKL's code path.
 
     ``mkl_cbwr`` is MKL's conditional numerical reproducibility setting: ``"native"`` when unset (MKL picks the
-    kernels of this CPU), ``"COMPATIBLE"`` for the SSE2 kernels that the test suite forces (``tests/conftest.py``).
+    kernels of this CPU), else the code path it pins, e.g. the one the test suite runs under (:mod:`helpers.cbwr`).
     """
     return {"cpu": describe_cpu(), "capability": torch.backends.cpu.get_cpu_capability(),
             "threads": torch.get_num_threads(), "mkl_cbwr": os.environ.get("MKL_CBWR", "native"),

@@ -1,16 +1,20 @@
 """Tiny random models built in the tests (no download), and the pocket pair for the tests that need it.
 
-The suite runs MKL in its conditional-numerical-reproducibility mode ``MKL_CBWR=COMPATIBLE`` (set here, before
-torch loads MKL; the notebook kernels nbval starts inherit it). Its kernels round differently from the native ones
-that recorded the committed notebooks (:func:`helpers.machine.float_regime`), so every nbval run compares the
-committed outputs with outputs computed under another floating-point regime, whatever CPU runs it.
+The suite runs MKL on another code path than its native one (``MKL_CBWR``, set here before torch loads MKL; the
+notebook kernels nbval starts inherit it): the fastest path whose rounding differs from the native kernels that
+recorded the committed notebooks on this CPU (:func:`helpers.cbwr.other_regime`; ``AVX2`` on a CPU with AVX-512).
+So every nbval run compares the committed outputs with outputs computed under another floating-point regime,
+whatever CPU runs it.
 """
 
 from __future__ import annotations
 
 import os
 
-os.environ.setdefault("MKL_CBWR", "COMPATIBLE")
+from helpers.cbwr import other_regime
+
+if "MKL_CBWR" not in os.environ:
+    os.environ["MKL_CBWR"] = other_regime()
 
 import random
 

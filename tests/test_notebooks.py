@@ -49,8 +49,8 @@ def test_notebook_form(path):
 
 def test_nbval_compares_outputs_from_another_float_regime():
     """The committed outputs were computed with MKL's native kernels (``make notebooks`` stamps the regime); nbval
-    re-runs every notebook under MKL_CBWR=COMPATIBLE (tests/conftest.py), whose rounding differs
-    (tests/test_machine.py): every passing nbval run shows that what it compares survives another CPU's rounding."""
+    re-runs every notebook under another MKL code path (tests/conftest.py, helpers.cbwr), whose rounding differs
+    (tests/test_cbwr.py): every passing nbval run shows that what it compares survives another CPU's rounding."""
     from helpers.machine import float_regime
     from helpers.tutorial import recorded_regime
 
