@@ -49,8 +49,10 @@ def cpu_flags() -> frozenset[str]:
 
 
 def describe_cpu() -> str:
-    """Model and instruction set in a few words, e.g. ``"AMD EPYC (AVX512, bf16)"`` or ``"AMD EPYC (AVX2)"``."""
+    """Model and instruction set in a few words, e.g. ``"AMD EPYC (AVX512, bf16)"``, ``"AMD EPYC (AVX2)"`` or
+    ``"Intel(R) Xeon(R) Processor (AVX512, bf16, AMX)"`` (AMX: Intel's matrix tiles, ``amx_tile``)."""
     extras = ", bf16" if cpu_fast_bf16() else ""
+    extras += ", AMX" if "amx_tile" in cpu_flags() else ""
     return f"{cpu_name() or 'unknown CPU'} ({torch.backends.cpu.get_cpu_capability()}{extras})"
 
 

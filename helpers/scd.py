@@ -134,8 +134,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--prompts", type=int, default=MIN_PROMPTS, help="every other evaluation prompt, this many")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--acceptance-tokens", type=int, default=64)
-    parser.add_argument("--gamma", type=int, default=2)
-    parser.add_argument("--head-gamma", type=int, default=3)
+    parser.add_argument("--gamma", type=int, default=2, help="the amateur's γ in the timed runs")
+    parser.add_argument("--head-gamma", type=int, default=3,
+                        help="the head's γ in the timed runs, and both drafters' γ in the acceptance runs")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--cost-repeats", type=int, default=5)
     parser.add_argument("--only-costs", action="store_true",

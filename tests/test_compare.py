@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from helpers.compare import ends_early, mean_interval, mean_of, median_interval, paired_difference, per_prompt
+from helpers.compare import (
+    ends_early,
+    mean_interval,
+    mean_of,
+    median_interval,
+    paired_difference,
+    per_prompt,
+    sign_test,
+)
 from helpers.metrics import diversity
 
 
@@ -71,3 +79,11 @@ def test_mean_of_per_prompt_values():
     assert not mean_of([-0.2, 0.1, 0.3, -0.1]).excludes_zero
     with pytest.raises(ValueError, match="at least 2 prompts"):
         mean_of([0.5])
+
+
+def test_sign_test_counts_wins_and_their_exact_tail():
+    assert sign_test([0.1] * 6) == (6, 6, 1 / 64)  # all six positive: p = 0.5^6
+    assert sign_test([0.2, -0.1, 0.0, 0.3]) == (2, 3, 0.5)  # ties are dropped; P(>= 2 of 3) = 4/8
+    assert sign_test([-0.1, -0.2])[2] == 1.0
+    with pytest.raises(ValueError, match="every difference is zero"):
+        sign_test([0.0, 0.0])

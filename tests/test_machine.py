@@ -21,6 +21,7 @@ def test_bf16_is_the_fast_path_only_with_hardware_bf16(monkeypatch, flags, fast)
     assert machine.cpu_fast_bf16() is fast
     assert machine.fast_bf16("cpu") is fast
     assert ("bf16" in machine.describe_cpu()) is fast
+    assert ("AMX" in machine.describe_cpu()) is ("amx_tile" in flags)
 
 
 def test_the_cpu_is_named_with_its_instruction_set():

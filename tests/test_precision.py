@@ -40,7 +40,7 @@ def test_half_precision_speculative_matches_greedy_up_to_a_near_tie():
     """bf16 on the CPU, as load_pair picks on a GPU: every difference must sit at a near-tie (notebook 03)."""
     pair = load_pair("pocket", dtype=torch.bfloat16)
     assert not exact_arithmetic(pair.expert)
-    for text in read_prompts(ARTICLE_PROMPTS):
+    for text in read_prompts(ARTICLE_PROMPTS, 3):  # 3 of the 5: bf16 is slow where the CPU emulates it
         ids = pair.encode(text)
         greedy = naive(pair.expert, ids, max_new_tokens=40, temperature=0).new_token_ids
         spec = speculative(pair.expert, pair.amateur, ids, max_new_tokens=40, gamma=4, temperature=0).new_token_ids
