@@ -40,16 +40,17 @@ TIMING = ("import time; from helpers.decoding import naive; from helpers.models 
 """The best of 3 timings of 32 greedy tokens of the pocket expert (after a warm-up)."""
 
 
-def _run(code: str, cbwr: str | None, python: str = sys.executable) -> str:
+def _run(code: str, cbwr: str | None) -> str:
     env = {key: value for key, value in os.environ.items() if key != "MKL_CBWR"}
     if cbwr is not None:
         env["MKL_CBWR"] = cbwr
-    return subprocess.run([python, "-c", code], env=env, check=True, capture_output=True, text=True).stdout.strip()
+    run = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True)
+    return run.stdout.strip()
 
 
-def product_bits(cbwr: str | None, python: str = sys.executable) -> str:
+def product_bits(cbwr: str | None) -> str:
     """A hash of :data:`PROBE`'s products computed in a fresh process under ``MKL_CBWR=cbwr`` (None: native)."""
-    return _run(PROBE, cbwr, python)
+    return _run(PROBE, cbwr)
 
 
 @cache
