@@ -6,6 +6,12 @@ far more from each other than methods do, so the comparison pairs the two method
 prompts (Efron & Tibshirani 1993, the percentile bootstrap): the 95 % interval of the mean difference. A claim of
 order is made only when that interval excludes zero.
 
+A cell that labels a dozen differences "real" or "noise" makes a dozen claims at once, and some 5 % intervals
+exclude zero by chance alone. Each paired difference therefore also carries the two-sided p-value of the paired
+sign-flip test (Fisher 1935: with no difference, each prompt's difference is as likely with either sign), and
+:func:`holm` adjusts a family of them (Holm 1979) so that the chance of *any* false "real" in the family stays
+below 5 %.
+
 Lexical metrics grow or shrink with the length of a text (entropy grows; diversity falls as more n-grams can
 repeat), and a method that ends its turn early writes shorter texts. ``fixed_length=True`` therefore cuts both
 methods' continuations of a prompt to the same number of words before scoring them.
@@ -15,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -27,12 +33,14 @@ MIN_WORDS = 4
 
 @dataclass(frozen=True)
 class Interval:
-    """A mean with its 95 % percentile-bootstrap interval, over ``n`` prompts."""
+    """A mean with its 95 % percentile-bootstrap interval, over ``n`` prompts; for a mean of paired differences
+    also the sign-flip test's two-sided ``p_value`` of "the mean difference is zero" (:func:`sign_flip_p_value`)."""
 
     mean: float
     low: float
     high: float
     n: int
+    p_value: float | None = None
 
     @property
     def excludes_zero(self) -> bool:
@@ -49,6 +57,48 @@ def _bootstrap(values: np.ndarray, n_boot: int, seed: int) -> Interval:
     means = values[rng.integers(0, len(values), size=(n_boot, len(values)))].mean(axis=1)
     low, high = np.percentile(means, [2.5, 97.5])
     return Interval(float(values.mean()), float(low), float(high), len(values))
+
+
+def sign_flip_p_value(differences: Sequence[float], *, n_flips: int = 20_000, seed: int = 0) -> float:
+    """Two-sided p-value of the paired sign-flip (permutation) test of "the mean difference is zero" (Fisher 1935).
+
+    With no difference between the two methods, each prompt's difference is as likely positive as negative, so the
+    observed |mean| is compared with the |mean| after flipping every sign at random, ``n_flips`` times:
+    p = (flips at least as extreme + 1) / (n_flips + 1), never 0 (Phipson & Smyth 2010).
+    """
+    values = np.asarray(differences, dtype=float)
+    if len(values) < 2:
+        raise ValueError(f"need at least 2 paired differences, got {len(values)}")
+    signs = np.random.default_rng(seed).choice([-1.0, 1.0], size=(n_flips, len(values)))
+    flipped = np.abs((signs * values).mean(axis=1))
+    extreme = int((flipped >= abs(values.mean()) - 1e-12).sum())
+    return (extreme + 1) / (n_flips + 1)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's (1979) step-down adjusted p-values, in the order given: sorted ascending, the i-th smallest (from 0) is
+    multiplied by (m − i) and the results are made non-decreasing, capped at 1. Calling "real" only what has an
+    adjusted p below 0.05 keeps the chance of any false "real" among the m comparisons below 5 %."""
+    m = len(p_values)
+    if m == 0:
+        raise ValueError("holm needs at least one p-value")
+    if not all(0 <= p <= 1 for p in p_values):
+        raise ValueError(f"p-values must lie in [0, 1], got {list(p_values)}")
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, index in enumerate(sorted(range(m), key=lambda i: p_values[i])):
+        running = max(running, min(1.0, (m - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted
+
+
+def verdict(interval: Interval, adjusted_p: float) -> str:
+    """How notebooks 04–06 label a paired difference within a family of comparisons: ``"real"`` (Holm-adjusted p
+    below 0.05), ``"not confirmed"`` (the 95 % interval excludes zero, the adjusted p does not reach 0.05) or
+    ``"inside the noise"`` (the interval includes zero)."""
+    if adjusted_p < 0.05:
+        return "real"
+    return "not confirmed" if interval.excludes_zero else "inside the noise"
 
 
 def _texts(rows: Sequence[dict], method: str) -> dict[str, list[dict]]:
@@ -98,7 +148,8 @@ def paired_difference(rows: Sequence[dict], a: str, b: str, metric: str, *, fixe
                 continue
         diffs.append(np.mean([_score(r, metric, words) for r in texts_a[prompt]])
                      - np.mean([_score(r, metric, words) for r in texts_b[prompt]]))
-    return _bootstrap(np.array(diffs), n_boot, seed)
+    interval = _bootstrap(np.array(diffs), n_boot, seed)
+    return replace(interval, p_value=sign_flip_p_value(diffs, seed=seed))
 
 
 def ends_early(rows: Sequence[dict], method: str, max_new_tokens: int) -> int:
@@ -109,7 +160,8 @@ def ends_early(rows: Sequence[dict], method: str, max_new_tokens: int) -> int:
 def mean_of(values: Sequence[float], *, n_boot: int = 10_000, seed: int = 0) -> Interval:
     """The mean of per-prompt values (e.g. paired differences of two decoders' α, prompt by prompt) with its 95 %
     bootstrap interval over prompts (notebook 07)."""
-    return _bootstrap(np.asarray(values, dtype=float), n_boot, seed)
+    interval = _bootstrap(np.asarray(values, dtype=float), n_boot, seed)
+    return replace(interval, p_value=sign_flip_p_value(values, seed=seed))
 
 
 def sign_test(differences: Sequence[float]) -> tuple[int, int, float]:

@@ -163,7 +163,11 @@ def step_bytes(model: torch.nn.Module) -> int:
     return total
 
 
-def read_bandwidth(n_bytes: int = 512 * 2**20, repeats: int = 20) -> float:
+BANDWIDTH_BUFFER_BYTES = 512 * 2**20
+"""The buffer :func:`read_bandwidth` sums by default: far larger than any CPU cache."""
+
+
+def read_bandwidth(n_bytes: int = BANDWIDTH_BUFFER_BYTES, repeats: int = 20) -> float:
     """Bytes per second at which this machine reads a fp32 buffer of ``n_bytes`` (far larger than any cache): the
     median over ``repeats`` sums (a read-only stream, what a decoding step does with its weights)."""
     buffer = torch.ones(n_bytes // 4)

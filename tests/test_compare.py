@@ -6,12 +6,15 @@ import pytest
 
 from helpers.compare import (
     ends_early,
+    holm,
     mean_interval,
     mean_of,
     median_interval,
     paired_difference,
     per_prompt,
+    sign_flip_p_value,
     sign_test,
+    verdict,
 )
 from helpers.metrics import diversity
 
@@ -87,3 +90,39 @@ def test_sign_test_counts_wins_and_their_exact_tail():
     assert sign_test([-0.1, -0.2])[2] == 1.0
     with pytest.raises(ValueError, match="every difference is zero"):
         sign_test([0.0, 0.0])
+
+
+def test_the_sign_flip_test_separates_a_shift_from_noise():
+    shifted = [0.1 + 0.01 * i for i in range(20)]
+    assert sign_flip_p_value(shifted) == pytest.approx(1 / 20_001, rel=0.5)  # every random flip is smaller
+    symmetric = [0.3, -0.3, 0.1, -0.1, 0.2, -0.2]
+    assert sign_flip_p_value(symmetric) == 1.0  # mean 0: every flip is at least as extreme
+    four = [0.5, 0.5, 0.5, 0.5]  # of the 16 sign patterns, 2 reach |mean| 0.5: p = 1/8, up to Monte Carlo noise
+    assert sign_flip_p_value(four) == pytest.approx(1 / 8, abs=0.01)
+    with pytest.raises(ValueError, match="at least 2"):
+        sign_flip_p_value([0.5])
+
+
+def test_paired_differences_carry_their_p_value():
+    rows = [row(f"p{i}", "loops", LOOP, diversity=0.1 + 0.01 * i) for i in range(20)]
+    rows += [row(f"p{i}", "fresh", FRESH, diversity=0.9) for i in range(20)]
+    diff = paired_difference(rows, "fresh", "loops", "diversity")
+    assert diff.p_value is not None and diff.p_value < 0.001 and str(diff).count("[") == 1
+    assert mean_of([-0.2, 0.1, 0.3, -0.1]).p_value > 0.5
+
+
+def test_holm_multiplies_the_smallest_by_m_and_keeps_the_order():
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])  # 3 × 0.01; 2 × 0.03; max(0.06, 1 × 0.04)
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1, never decreasing
+    assert holm([0.002]) == [0.002]
+    with pytest.raises(ValueError, match="at least one"):
+        holm([])
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        holm([1.5])
+
+
+def test_a_verdict_needs_the_adjusted_p_for_real_and_the_interval_for_not_confirmed():
+    shifted, noisy = mean_of([0.1, 0.2, 0.15, 0.25, 0.3]), mean_of([-0.2, 0.1, 0.3, -0.1])
+    assert verdict(shifted, 0.01) == "real"
+    assert verdict(shifted, 0.2) == "not confirmed"
+    assert verdict(noisy, 0.9) == "inside the noise"
