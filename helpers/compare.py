@@ -59,7 +59,11 @@ def _bootstrap(values: np.ndarray, n_boot: int, seed: int) -> Interval:
     return Interval(float(values.mean()), float(low), float(high), len(values))
 
 
-def sign_flip_p_value(differences: Sequence[float], *, n_flips: int = 20_000, seed: int = 0) -> float:
+SIGN_FLIPS = 20_000
+"""Random sign flips per :func:`sign_flip_p_value`: the smallest p it can return is 1 / (SIGN_FLIPS + 1)."""
+
+
+def sign_flip_p_value(differences: Sequence[float], *, n_flips: int = SIGN_FLIPS, seed: int = 0) -> float:
     """Two-sided p-value of the paired sign-flip (permutation) test of "the mean difference is zero" (Fisher 1935).
 
     With no difference between the two methods, each prompt's difference is as likely positive as negative, so the
