@@ -97,12 +97,13 @@ def holm(p_values: Sequence[float]) -> list[float]:
 
 
 def verdict(interval: Interval, adjusted_p: float) -> str:
-    """How notebooks 04–06 label a paired difference within a family of comparisons: ``"real"`` (Holm-adjusted p
-    below 0.05), ``"not confirmed"`` (the 95 % interval excludes zero, the adjusted p does not reach 0.05) or
-    ``"inside the noise"`` (the interval includes zero)."""
-    if adjusted_p < 0.05:
+    """How notebooks 04–06 label a paired difference within a family of comparisons: ``"real"`` when both its
+    Holm-adjusted p is below 0.05 and its 95 % interval excludes zero, ``"inside the noise"`` when neither holds,
+    ``"not confirmed"`` when the two disagree (typically an interval that excludes zero before the adjustment)."""
+    significant = adjusted_p < 0.05
+    if significant and interval.excludes_zero:
         return "real"
-    return "not confirmed" if interval.excludes_zero else "inside the noise"
+    return "not confirmed" if significant or interval.excludes_zero else "inside the noise"
 
 
 def _texts(rows: Sequence[dict], method: str) -> dict[str, list[dict]]:

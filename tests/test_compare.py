@@ -121,8 +121,9 @@ def test_holm_multiplies_the_smallest_by_m_and_keeps_the_order():
         holm([1.5])
 
 
-def test_a_verdict_needs_the_adjusted_p_for_real_and_the_interval_for_not_confirmed():
+def test_real_needs_both_the_adjusted_p_and_the_interval():
     shifted, noisy = mean_of([0.1, 0.2, 0.15, 0.25, 0.3]), mean_of([-0.2, 0.1, 0.3, -0.1])
     assert verdict(shifted, 0.01) == "real"
-    assert verdict(shifted, 0.2) == "not confirmed"
+    assert verdict(shifted, 0.2) == "not confirmed"  # the interval alone
+    assert verdict(noisy, 0.01) == "not confirmed"  # the adjusted p alone
     assert verdict(noisy, 0.9) == "inside the noise"
