@@ -35,15 +35,15 @@ COLAB_SHIPS = ("torch", "numpy", "matplotlib", "ipykernel", "ipywidgets", "paper
 SUPPORTED_TAGS = {str(tag) for tag in sys_tags()}
 RUNS = {
     "00_meet_the_models.ipynb": {"TOP_K": 5},
-    "01_naive_decoding.ipynb": {"MAX_NEW_TOKENS": 12, "LOOP_TOKENS": 32, "LOOP_PROMPTS": 1},
-    "02_contrastive_decoding.ipynb": {"MAX_NEW_TOKENS": 8, "SWEEP_TOKENS": 4},
-    "03_speculative_decoding.ipynb": {"MAX_NEW_TOKENS": 12, "GAMMA": 2, "N_EXACTNESS_RUNS": 1000},
-    "04_evaluation.ipynb": {"MAX_NEW_TOKENS": 16, "N_PROMPTS": 1, "GAMMAS": [1, 2]},
-    "05_train_your_own_draft.ipynb": {"N_PROMPTS": 16, "MAX_NEW_TOKENS": 16, "EPOCHS": 1.0, "EVAL_PROMPTS": 2,
-                                      "EVAL_TOKENS": 12},
-    "06_beyond.ipynb": {"MAX_NEW_TOKENS": 12, "REPEATS": 1, "SELF_DRAFT_DTYPE": "float32"},
-    "07_draft_heads.ipynb": {"N_PROMPTS": 2, "MAX_NEW_TOKENS": 12, "TRAIN_PROMPTS": 16, "TRAIN_EPOCHS": 1.0},
-    "08_both_at_once.ipynb": {"PROMPT": 7, "MAX_NEW_TOKENS": 10, "GAMMA": 2, "BETA_CD": 1.0},
+    "01_naive_decoding.ipynb": {"MAX_NEW_TOKENS": 8, "LOOP_TOKENS": 24, "LOOP_PROMPTS": 1},
+    "02_contrastive_decoding.ipynb": {"MAX_NEW_TOKENS": 6, "SWEEP_TOKENS": 4},
+    "03_speculative_decoding.ipynb": {"MAX_NEW_TOKENS": 12, "GAMMA": 2, "N_EXACTNESS_RUNS": 500},
+    "04_evaluation.ipynb": {"MAX_NEW_TOKENS": 8, "N_PROMPTS": 1, "GAMMAS": [1, 2]},
+    "05_train_your_own_draft.ipynb": {"N_PROMPTS": 12, "MAX_NEW_TOKENS": 12, "EPOCHS": 1.0, "EVAL_PROMPTS": 1,
+                                      "EVAL_TOKENS": 8},
+    "06_beyond.ipynb": {"MAX_NEW_TOKENS": 8, "REPEATS": 1, "SELF_DRAFT_DTYPE": "float32"},
+    "07_draft_heads.ipynb": {"N_PROMPTS": 2, "MAX_NEW_TOKENS": 8, "TRAIN_PROMPTS": 8, "TRAIN_EPOCHS": 1.0},
+    "08_both_at_once.ipynb": {"PROMPT": 7, "MAX_NEW_TOKENS": 6, "GAMMA": 2, "BETA_CD": 1.0},
 }
 """Every notebook once more, with a second, small parameter set (nbval runs the committed one): the asserts must
 hold, or refuse a parameter clearly, for the values a learner is invited to try. 06 also plays a CPU without fast
