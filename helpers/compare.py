@@ -14,7 +14,10 @@ below 5 %.
 
 Lexical metrics grow or shrink with the length of a text (entropy grows; diversity falls as more n-grams can
 repeat), and a method that ends its turn early writes shorter texts. ``fixed_length=True`` therefore cuts both
-methods' continuations of a prompt to the same number of words before scoring them.
+methods' continuations of a prompt to the same number of words before scoring them. The expert's likelihood is
+compared the same way, as the mean negative log-likelihood per token over the same number of tokens ("mean NLL at
+equal length"): a perplexity averaged over texts is dominated by its few largest values, and the first tokens of
+a continuation are scored differently from its last.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ from helpers.metrics import text_metrics
 
 MIN_WORDS = 4
 """Prompts whose shorter continuation has fewer words are left out of a fixed-length comparison (4-grams)."""
+
+LIKELIHOOD = "mean NLL"
+"""The metric compared in tokens, not words: the expert's mean negative log-likelihood per token (nats)."""
 
 
 @dataclass(frozen=True)
@@ -116,12 +122,23 @@ def _texts(rows: Sequence[dict], method: str) -> dict[str, list[dict]]:
     return by_prompt
 
 
-def _score(row: dict, metric: str, words: int | None) -> float:
-    if words is None:
+def _length(row: dict, metric: str) -> int:
+    """A continuation's length as a fixed-length comparison counts it: tokens for the likelihood, else words."""
+    if metric != LIKELIHOOD:
+        return len(row["text"].split())
+    if "nll" not in row:
+        raise ValueError("this row has no per-token NLL: add it with python -m helpers.quality --rescore FILE")
+    return len(row["nll"])
+
+
+def _score(row: dict, metric: str, length: int | None) -> float:
+    if length is None:
         return float(row[metric])
     if metric == "perplexity":
-        raise ValueError("perplexity cannot be recomputed from text: compare it with fixed_length=False")
-    return float(text_metrics(" ".join(row["text"].split()[:words]))[metric])
+        raise ValueError("perplexity cannot be cut to a length: compare 'mean NLL' with fixed_length=True instead")
+    if metric == LIKELIHOOD:
+        return float(np.mean(row["nll"][:length]))
+    return float(text_metrics(" ".join(row["text"].split()[:length]))[metric])
 
 
 def per_prompt(rows: Sequence[dict], method: str, metric: str) -> dict[str, float]:
@@ -140,19 +157,20 @@ def mean_interval(rows: Sequence[dict], method: str, metric: str, *, n_boot: int
 def paired_difference(rows: Sequence[dict], a: str, b: str, metric: str, *, fixed_length: bool = False,
                       n_boot: int = 10_000, seed: int = 0) -> Interval:
     """Mean over prompts of metric(a) − metric(b), each averaged over its samples, with its 95 % paired bootstrap
-    interval. ``fixed_length``: score both methods' continuations of a prompt cut to the same number of words (the
-    shortest of them); prompts with fewer than :data:`MIN_WORDS` words in it are left out."""
+    interval. ``fixed_length``: score both methods' continuations of a prompt cut to the same length (the shortest
+    of them), in words for the lexical metrics, in tokens for ``"mean NLL"``; prompts with fewer than
+    :data:`MIN_WORDS` words (lexical) or no token (likelihood) in it are left out."""
     texts_a, texts_b = _texts(rows, a), _texts(rows, b)
     shared = [p for p in texts_a if p in texts_b]
     diffs = []
     for prompt in shared:
-        words = None
+        length = None
         if fixed_length:
-            words = min(len(r["text"].split()) for r in texts_a[prompt] + texts_b[prompt])
-            if words < MIN_WORDS:
+            length = min(_length(r, metric) for r in texts_a[prompt] + texts_b[prompt])
+            if length < (1 if metric == LIKELIHOOD else MIN_WORDS):
                 continue
-        diffs.append(np.mean([_score(r, metric, words) for r in texts_a[prompt]])
-                     - np.mean([_score(r, metric, words) for r in texts_b[prompt]]))
+        diffs.append(np.mean([_score(r, metric, length) for r in texts_a[prompt]])
+                     - np.mean([_score(r, metric, length) for r in texts_b[prompt]]))
     interval = _bootstrap(np.array(diffs), n_boot, seed)
     return replace(interval, p_value=sign_flip_p_value(diffs, seed=seed))
 

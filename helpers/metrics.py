@@ -3,7 +3,8 @@
 * n-gram entropy -- Shannon entropy of the n-gram distribution (the source article's metric).
 * distinct-n -- Li et al. 2016, "A Diversity-Promoting Objective Function for Neural Conversation Models".
 * rep-n and diversity -- SimCTG (Su et al. 2022), as reported by Li et al. 2022, "Contrastive Decoding".
-* perplexity -- how surprised a model is by a continuation of a prompt (coherence, as judged by that model).
+* perplexity and per-token NLL -- how surprised a model is by a continuation of a prompt (coherence, as judged by
+  that model).
 
 Tokens are whitespace-separated words, so every lexical metric is independent of any model's tokenizer.
 """
@@ -58,24 +59,31 @@ def diversity(text: str) -> float:
 
 
 @torch.no_grad()
-def perplexity(model, prompt_ids: torch.Tensor, continuation_ids: list[int] | torch.Tensor) -> float:
-    """The model's perplexity of the continuation given the prompt: exp of the mean negative log-likelihood of
-    the continuation tokens only, from one forward pass over prompt + continuation.
+def token_nll(model, prompt_ids: torch.Tensor, continuation_ids: list[int] | torch.Tensor) -> list[float]:
+    """The model's negative log-likelihood, in nats, of every continuation token given the prompt and the tokens
+    before it, -log p(x_t | x_<t), from one forward pass over prompt + continuation (float64 log-softmax whatever
+    the model's dtype). Their mean over the first L tokens is the "mean NLL at equal length" of notebooks 04–06.
 
-    ``prompt_ids`` is a (1, T) LongTensor on the model's device, T >= 1. Computed in float64 whatever the
-    model's dtype."""
+    ``prompt_ids`` is a (1, T) LongTensor on the model's device, T >= 1."""
     continuation = torch.as_tensor(continuation_ids, dtype=torch.long, device=prompt_ids.device)
     continuation = continuation.reshape(1, -1)
     if continuation.shape[1] == 0:
-        raise ValueError("the continuation is empty: perplexity needs at least one continuation token")
+        raise ValueError("the continuation is empty: its likelihood needs at least one continuation token")
     if prompt_ids.shape[1] == 0:
         raise ValueError("the prompt is empty: pass at least one token (e.g. BOS) to condition on")
     start = prompt_ids.shape[1]
     logits = model(torch.cat([prompt_ids, continuation], dim=1)).logits[0]
     # The logits at position t predict token t + 1, so positions start-1 ... end-2 predict the continuation.
     log_probs = torch.log_softmax(logits[start - 1 : -1].double(), dim=-1)
-    nll = -log_probs.gather(1, continuation[0, :, None]).mean()
-    return math.exp(nll.item())
+    return (-log_probs.gather(1, continuation[0, :, None])[:, 0]).tolist()
+
+
+def perplexity(model, prompt_ids: torch.Tensor, continuation_ids: list[int] | torch.Tensor) -> float:
+    """The model's perplexity of the continuation given the prompt: exp of the mean of :func:`token_nll`, the
+    continuation tokens only. Its mean over texts has heavy tails (one unlikely text dominates); notebooks 04–06
+    compare methods by the mean NLL at equal length instead."""
+    nll = token_nll(model, prompt_ids, continuation_ids)
+    return math.exp(sum(nll) / len(nll))
 
 
 def text_metrics(text: str) -> dict[str, float]:

@@ -2,10 +2,12 @@
 
 For every prompt, each method writes continuations; each continuation gets the lexical metrics of
 :mod:`helpers.metrics` (on the continuation only, and once more with the prompt included, as the source article
-measured) and the expert's perplexity of it. Sampling methods write ``samples`` continuations per prompt with
+measured), the expert's negative log-likelihood of every continuation token (``nll``, the list; ``mean NLL``, its
+mean) and its perplexity (exp of that mean). Sampling methods write ``samples`` continuations per prompt with
 different seeds; greedy and contrastive decoding are deterministic, so they write one.
 
-``python -m helpers.quality [--quick] [--pair pocket] [--prompts data/prompts.txt] [--samples 2] [--out F]``
+``python -m helpers.quality [--quick] [--pair pocket] [--prompts data/prompts.txt] [--samples 2] [--out F]``;
+``python -m helpers.quality --rescore F`` adds the per-token NLL to a result file written before it was recorded.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import shlex
 import sys
 import time
@@ -25,7 +28,7 @@ from tqdm.auto import tqdm
 from helpers.bench import machine_info
 from helpers.data import ARTICLE_PROMPTS, PROMPTS, read_prompts
 from helpers.decoding import contrastive, contrastive_search, dola, naive
-from helpers.metrics import perplexity, summarize, text_metrics
+from helpers.metrics import summarize, text_metrics, token_nll
 from helpers.models import Pair, early_exit, load_pair
 
 REPO = Path(__file__).resolve().parent.parent
@@ -86,21 +89,44 @@ def evaluate(pair: Pair, prompts: Sequence[str], *, samples: int = 2, max_new_to
         new = METHODS[name][0](pair, ids, max_new_tokens, torch.Generator().manual_seed(seed + i))
         text = pair.decode(new)
         rows.append({"prompt": prompt, "method": name, "sample": sample, "text": text, "n_tokens": len(new),
-                     **text_metrics(text),
-                     "perplexity": perplexity(pair.expert, ids, new) if new else float("nan"),
+                     **text_metrics(text), **_likelihood(token_nll(pair.expert, ids, new) if new else []),
                      "with_prompt": text_metrics(prompt + text)})
     return rows
 
 
+def _likelihood(nll: list[float]) -> dict:
+    """A row's likelihood fields: the per-token NLL (rounded to 1e-5 nats), its mean and the perplexity."""
+    if not nll:
+        return {"nll": [], "mean NLL": float("nan"), "perplexity": float("nan")}
+    mean = sum(nll) / len(nll)
+    return {"nll": [round(x, 5) for x in nll], "mean NLL": mean, "perplexity": math.exp(mean)}
+
+
+def rescore(pair: Pair, rows: Sequence[dict], progress: bool = True) -> int:
+    """Add ``nll`` and ``mean NLL`` to rows recorded without them, in place (their recorded perplexity stays): each
+    row's prompt and text are encoded again (the run stored no token ids) and scored by the expert. Returns how
+    many rows reproduce their recorded perplexity (relative difference <= 1e-3): those were re-encoded to the
+    tokens the decoder wrote; the others to another split of the same text (e.g. two newlines as one token where
+    the decoder wrote two), and their NLL is that split's."""
+    reproduced = 0
+    for row in tqdm(rows, desc="rescore", disable=not progress):
+        ids = pair.encode(row["prompt"])
+        new = pair.tokenizer(row["text"], add_special_tokens=False).input_ids
+        fields = _likelihood(token_nll(pair.expert, ids, new) if new else [])
+        reproduced += bool(new) and abs(fields.pop("perplexity") / row["perplexity"] - 1) <= 1e-3
+        row.update(fields)
+    return reproduced
+
+
 METRICS = ("entropy-1", "entropy-2", "entropy-3", "distinct-1", "distinct-2", "rep-2", "rep-3", "rep-4",
-           "diversity", "perplexity")
+           "diversity", "perplexity", "mean NLL")
 
 
 def summary(rows: Sequence[dict], *, with_prompt: bool = False) -> dict[str, dict[str, tuple[float, float]]]:
     """method -> metric -> (mean, std) over all rows of that method."""
     out = {}
     for method in dict.fromkeys(r["method"] for r in rows):
-        mine = [r["with_prompt"] if with_prompt else {k: r[k] for k in METRICS} for r in rows
+        mine = [r["with_prompt"] if with_prompt else {k: r[k] for k in METRICS if k in r} for r in rows
                 if r["method"] == method]
         out[method] = summarize(mine)
     return out
@@ -143,6 +169,29 @@ def run(pair_name: str, prompt_files: Sequence[Path], samples: int, max_new_toke
     return result
 
 
+def rescore_file(path: Path, progress: bool = True) -> dict:
+    """:func:`rescore` every row of a result file, recompute its summaries and record what was done in it."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such result file (write one with python -m helpers.quality --out ...)")
+    result = json.loads(path.read_text())
+    pair = load_pair(result["settings"]["pair"])
+    reproduced = total = 0
+    for data in result["sets"].values():
+        reproduced += rescore(pair, data["rows"], progress)
+        total += len(data["rows"])
+        data["summary"] = summary(data["rows"])
+    result["rescored"] = {
+        "command": "python -m helpers.quality --rescore " + shlex.quote(str(path)),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "note": "nll and mean NLL of every row added by the expert from the row's prompt and text encoded again (the "
+                "run stored no token ids); a row that does not reproduce its recorded perplexity was re-encoded to "
+                "another token split of the same text, and its NLL is that split's",
+        "rows_reproducing_the_recorded_perplexity": reproduced, "rows": total, "machine": machine_info(pair.device)}
+    path.write_text(json.dumps(result, indent=1, ensure_ascii=False))
+    print(f"{path}: {reproduced} of {total} rows reproduce their recorded perplexity (relative difference <= 1e-3)")
+    return result["rescored"]
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m helpers.quality", description=__doc__.split("\n\n")[0])
     parser.add_argument("--pair", default="pocket")
@@ -158,7 +207,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--methods", default=",".join(DEFAULT_METHODS),
                         help=f"comma-separated, from: {'; '.join(METHODS)} (default: the first four)")
     parser.add_argument("--out", type=Path, default=REPO / "output" / "quality.json")
+    parser.add_argument("--rescore", type=Path, nargs="+", default=None, metavar="FILE",
+                        help="instead of generating: add the expert's per-token NLL to these result files in place")
     args = parser.parse_args(argv)
+    if args.rescore:
+        return {str(path): rescore_file(path) for path in args.rescore}
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:

@@ -51,11 +51,24 @@ def test_fixed_length_cuts_both_texts_to_the_shorter():
     assert ends_early(rows, "early", 32) == 2 and ends_early(rows, "long", 32) == 0
 
 
+def test_mean_nll_at_equal_length_cuts_tokens_not_words():
+    # one method is surer of its first tokens and stops early; the other's text is longer and ends unsure
+    rows = [row(p, "short", "a b", n_tokens=2, nll=[1.0, 1.0]) for p in ("p1", "p2")]
+    rows += [row(p, "long", "a b c d e", n_tokens=5, nll=[2.0, 2.0, 9.0, 9.0, 9.0]) for p in ("p1", "p2")]
+    fixed = paired_difference(rows, "short", "long", "mean NLL", fixed_length=True)
+    assert fixed.mean == pytest.approx(1.0 - 2.0) and fixed.n == 2  # the first 2 tokens of each
+    rows = [{**r, "mean NLL": sum(r["nll"]) / len(r["nll"])} for r in rows]
+    assert paired_difference(rows, "short", "long", "mean NLL").mean == pytest.approx(1.0 - 31 / 5)  # own lengths
+    with pytest.raises(ValueError, match="--rescore"):
+        paired_difference([{k: v for k, v in r.items() if k != "nll"} for r in rows], "short", "long", "mean NLL",
+                          fixed_length=True)
+
+
 def test_bad_requests_say_what_to_do():
     rows = [row("p1", "a", FRESH, perplexity=3.0), row("p2", "a", FRESH, perplexity=4.0)]
     with pytest.raises(ValueError, match="methods: \\['a'\\]"):
         paired_difference(rows, "a", "b", "perplexity")
-    with pytest.raises(ValueError, match="fixed_length=False"):
+    with pytest.raises(ValueError, match="compare 'mean NLL' with fixed_length=True"):
         paired_difference([*rows, row("p1", "b", FRESH), row("p2", "b", FRESH)], "a", "b", "perplexity",
                           fixed_length=True)
     with pytest.raises(ValueError, match="at least 2 prompts"):

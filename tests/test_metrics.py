@@ -18,6 +18,7 @@ from helpers.metrics import (
     rep_n,
     summarize,
     text_metrics,
+    token_nll,
     words,
 )
 
@@ -106,6 +107,15 @@ def test_perplexity_matches_token_by_token_loop(one_thread, prompt, continuation
     expected = perplexity_by_hand(model, prompt, continuation)
     assert perplexity(model, prompt, continuation) == pytest.approx(expected, rel=1e-5)
     assert perplexity(model, prompt, torch.tensor(continuation)) == pytest.approx(expected, rel=1e-5)
+
+
+def test_token_nll_is_each_tokens_surprise_and_perplexity_its_exp_mean(one_thread, prompt):
+    model, continuation = tiny_llama(0), [4, 7, 2, 2, 9]
+    nll = token_nll(model, prompt, continuation)
+    assert len(nll) == len(continuation) and all(x > 0 for x in nll)
+    assert nll[0] == pytest.approx(math.log(perplexity_by_hand(model, prompt, continuation[:1])), rel=1e-6)
+    assert sum(nll[:3]) == pytest.approx(3 * math.log(perplexity_by_hand(model, prompt, continuation[:3])), rel=1e-6)
+    assert perplexity(model, prompt, continuation) == pytest.approx(math.exp(sum(nll) / len(nll)), rel=1e-12)
 
 
 def test_perplexity_of_uniform_model_is_vocab_size(one_thread, prompt):

@@ -25,6 +25,29 @@ def test_every_method_writes_the_right_number_of_samples(rows):
         assert row["with_prompt"]["entropy-1"] >= 0
 
 
+def test_rows_carry_the_per_token_nll_and_its_mean(rows):
+    for row in rows:
+        assert len(row["nll"]) == row["n_tokens"]
+        assert row["mean NLL"] == pytest.approx(sum(row["nll"]) / row["n_tokens"], abs=1e-5)
+        assert row["perplexity"] == pytest.approx(math.exp(row["mean NLL"]))
+
+
+def test_rescore_adds_the_nll_to_rows_recorded_without_it(tiny_text_pair, rows, tmp_path, monkeypatch):
+    old = [{k: v for k, v in r.items() if k not in ("nll", "mean NLL")} for r in rows]
+    result = {"settings": {"pair": "tiny"}, "sets": {"p.txt": {"rows": old, "summary": summary(old)}}}
+    assert "mean NLL" not in result["sets"]["p.txt"]["summary"]["greedy"]
+    path = tmp_path / "q.json"
+    path.write_text(json.dumps(result))
+    monkeypatch.setattr(quality, "load_pair", lambda name: tiny_text_pair)
+    done = quality.rescore_file(path, progress=False)
+    assert done["rows_reproducing_the_recorded_perplexity"] == done["rows"] == len(rows)  # words round-trip
+    again = json.loads(path.read_text())
+    assert [r["nll"] for r in again["sets"]["p.txt"]["rows"]] == [r["nll"] for r in rows]
+    assert "mean NLL" in again["sets"]["p.txt"]["summary"]["greedy"] and "rescore" in again["rescored"]["command"]
+    with pytest.raises(FileNotFoundError, match="no such result file"):
+        quality.rescore_file(tmp_path / "missing.json")
+
+
 def test_sampled_rows_differ_by_seed_and_rerun_identically(tiny_text_pair, rows):
     again = evaluate(tiny_text_pair, ["w1 w2 w3", "w4 w5"], samples=2, max_new_tokens=6, progress=False)
     assert [r["text"] for r in again] == [r["text"] for r in rows]
