@@ -44,7 +44,7 @@ from helpers.decoding import (
     speculative_contrastive,
 )
 from helpers.heads import DraftHead, head_speculative, load_head
-from helpers.metrics import perplexity, text_metrics
+from helpers.metrics import text_metrics, token_nll
 from helpers.models import Pair, load_pair
 from helpers.protocol import MIN_PROMPTS, depth_acceptance, round_counts, speedup, timed_runs
 from helpers.timing import cost_ratios
@@ -141,6 +141,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--cost-repeats", type=int, default=5)
     parser.add_argument("--only-costs", action="store_true",
                         help="re-measure only c and r(γ) into an existing --out file (on an otherwise idle machine)")
+    parser.add_argument("--rescore", action="store_true",
+                        help="only add the expert's per-token NLL of the greedy and CD texts to an existing --out file")
     parser.add_argument("--retime", type=lambda text: [int(i) for i in text.split(",")], default=None,
                         help="re-time these prompts (e.g. 0,1) of an existing --out file, keeping the replaced records "
                              "under 'disturbed_runs' (for prompts another process disturbed)")
@@ -150,6 +152,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     head = load_head(pair.expert)
     texts = read_prompts(EVAL_PROMPTS)[::2][:args.prompts]
     prompts = [pair.encode_chat(t) for t in texts]
+    if args.rescore:
+        result = json.loads(args.out.read_text())
+        result["nll"] = likelihoods(pair, prompts, result["runs"])
+        result["rescore_command"], result["rescore_machine"] = command, machine_info(pair.device)
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        return
     if args.only_costs:
         result = json.loads(args.out.read_text())
         result["costs"] = costs(pair, prompts, result["settings"]["gamma"], args.cost_repeats)
@@ -190,9 +198,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     result["decoded"] = {name: [pair.decode(next(r["tokens"] for r in result["runs"]
                                                  if r["prompt"] == i and r["config"] == name and r["round"] == 0))
                                 for i in range(len(prompts))] for name in configs}
-    result["perplexity"] = {name: [perplexity(pair.expert, ids, next(r["tokens"] for r in result["runs"]
-                                                                       if r["prompt"] == i and r["config"] == name))
-                                   for i, ids in enumerate(prompts)] for name in ("greedy", "CD")}
+    result["nll"] = likelihoods(pair, prompts, result["runs"])
     result["seconds"] = time.time() - started
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
@@ -200,6 +206,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(json.dumps(summary(result), indent=1, default=str))
     else:
         print(f"{args.out} written; no summary from fewer than {MIN_PROMPTS} prompts", file=sys.stderr)
+
+
+def likelihoods(pair: Pair, prompts: Sequence[torch.Tensor], runs: Sequence[dict]) -> dict[str, list[list[float]]]:
+    """The expert's per-token NLL of greedy decoding's and CD's text on every prompt (from the timed runs' tokens),
+    for the quality comparison at equal length (:func:`summary`)."""
+    def tokens(i: int, name: str) -> list[int]:
+        return next(r["tokens"] for r in runs if r["prompt"] == i and r["config"] == name)
+
+    return {name: [token_nll(pair.expert, ids, tokens(i, name)) for i, ids in enumerate(prompts)]
+            for name in ("greedy", "CD")}
+
+
+def equal_length_nll(a: Sequence[float], b: Sequence[float]) -> float:
+    """Mean NLL of ``a`` minus that of ``b``, both over the first min(len) tokens (notebook 04's "at equal length")."""
+    n = min(len(a), len(b))
+    return sum(a[:n]) / n - sum(b[:n]) / n
 
 
 def summary(result: dict) -> dict:
@@ -217,8 +239,8 @@ def summary(result: dict) -> dict:
     quality = {metric: mean_of([cd[metric] - greedy[metric] for cd, greedy in zip(metrics["CD"], metrics["greedy"],
                                                                                  strict=True)])
                for metric in ("diversity", "rep-2", "distinct-2")}
-    quality["perplexity"] = mean_of([a - b for a, b in zip(result["perplexity"]["CD"], result["perplexity"]["greedy"],
-                                                           strict=True)])
+    quality["mean NLL"] = mean_of([equal_length_nll(a, b) for a, b in zip(result["nll"]["CD"], result["nll"]["greedy"],
+                                                                          strict=True)])
     return {
         "prompts": n_prompts,
         "scd_equals_cd": identical["SCD"], "scd_head_equals_cd": identical["SCD, head"],

@@ -9,6 +9,7 @@ from conftest import random_head
 
 from helpers import scd
 from helpers.decoding import speculative_contrastive
+from helpers.metrics import token_nll
 
 
 def test_acceptance_summary_pairs_prompts_and_skips_runs_without_drafts():
@@ -33,7 +34,7 @@ def fake_result(n_prompts: int) -> dict:
     return {"prompts": texts, "runs": runs, "settings": {"gamma": 2},
             "costs": {"c": [0.2] * n_prompts, "r": [1.5] * n_prompts},
             "decoded": {"greedy": texts, "CD": texts, "SCD": texts},
-            "perplexity": {"greedy": [2.0] * n_prompts, "CD": [3.0] * n_prompts}}
+            "nll": {"greedy": [[0.5] * 6 + [9.0] * 4] * n_prompts, "CD": [[1.5] * 6] * n_prompts}}  # CD ends early
 
 
 def test_summary_pairs_by_prompt_and_predicts_from_the_cost_model():
@@ -45,8 +46,18 @@ def test_summary_pairs_by_prompt_and_predicts_from_the_cost_model():
     assert s["tokens_per_call"] == pytest.approx(2.0)
     assert s["predicted"]["SCD vs greedy"] == pytest.approx(2.0 / (2 * 0.2 + 1.5 + 0.2))
     assert s["predicted"]["SCD vs CD"] == pytest.approx(2.0 * 1.2 / (2 * 0.2 + 1.5 + 0.2))
-    assert s["quality"]["perplexity"].mean == pytest.approx(1.0)
+    assert s["quality"]["mean NLL"].mean == pytest.approx(1.0)  # at equal length: the first 6 tokens of each
+    assert scd.equal_length_nll([1.0, 3.0], [2.0, 2.0, 50.0]) == pytest.approx(0.0)
     assert s["quality"]["diversity"].mean == pytest.approx(0.0)
+
+
+def test_likelihoods_score_each_texts_tokens_under_the_expert(tiny_text_pair):
+    prompts = [torch.tensor([[1, 2, 3]]), torch.tensor([[4, 5]])]
+    runs = [{"prompt": i, "config": name, "tokens": tokens} for i in range(2)
+            for name, tokens in (("greedy", [6, 7, 8]), ("CD", [9, 10]))]
+    nll = scd.likelihoods(tiny_text_pair, prompts, runs)
+    assert [len(x) for x in nll["greedy"]] == [3, 3] and [len(x) for x in nll["CD"]] == [2, 2]
+    assert nll["CD"][1] == pytest.approx(token_nll(tiny_text_pair.expert, prompts[1], [9, 10]))
 
 
 def test_no_interval_from_fewer_than_twenty_prompts():
