@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from helpers.metrics import text_metrics
+from helpers.metrics import corpus_distinct_n, ngrams, text_metrics
 
 MIN_WORDS = 4
 """Prompts whose shorter continuation has fewer words are left out of a fixed-length comparison (4-grams)."""
@@ -173,6 +173,41 @@ def paired_difference(rows: Sequence[dict], a: str, b: str, metric: str, *, fixe
                      - np.mean([_score(r, metric, length) for r in texts_b[prompt]]))
     interval = _bootstrap(np.array(diffs), n_boot, seed)
     return replace(interval, p_value=sign_flip_p_value(diffs, seed=seed))
+
+
+def _first_texts_at_equal_length(rows: Sequence[dict], methods: Sequence[str]) -> list[list[str]]:
+    """Per shared prompt, each method's first continuation, all cut to the shortest one's words (prompts under
+    :data:`MIN_WORDS` words left out)."""
+    by_method = [{prompt: rs[0]["text"] for prompt, rs in _texts(rows, m).items()} for m in methods]
+    out = []
+    for prompt in (p for p in by_method[0] if all(p in texts for texts in by_method)):
+        length = min(len(texts[prompt].split()) for texts in by_method)
+        if length >= MIN_WORDS:
+            out.append([" ".join(texts[prompt].split()[:length]) for texts in by_method])
+    return out
+
+
+def corpus_distinct(rows: Sequence[dict], a: str, b: str, n: int, *, n_perm: int = 2_000,
+                    seed: int = 0) -> tuple[float, float, float, int]:
+    """Corpus-level distinct-n (:func:`helpers.metrics.corpus_distinct_n`) of two methods over the prompts they
+    share, one continuation per prompt and method (the first sample), both cut to the shorter one's words: returns
+    (a's, b's, the two-sided p-value of their difference, prompts). The statistic pools every prompt, so it is not a
+    mean over prompts and a bootstrap over prompts would count a resampled prompt's n-grams as repeats; the p-value
+    comes from a paired permutation test instead: with no difference, the two continuations of a prompt are
+    exchangeable, so their labels are swapped at random in each prompt, ``n_perm`` times."""
+    pairs = _first_texts_at_equal_length(rows, (a, b))
+    if len(pairs) < 2:
+        raise ValueError(f"need at least 2 prompts with {MIN_WORDS}+ words from both methods, got {len(pairs)}")
+    grams = [[[hash(g) for g in ngrams(text.split(), n)] for text in pair] for pair in pairs]
+
+    def distinct(side: Sequence[int]) -> float:
+        pooled = [g for prompt, s in zip(grams, side, strict=True) for g in prompt[s]]
+        return len(set(pooled)) / len(pooled) if pooled else 0.0
+
+    value_a, value_b = (corpus_distinct_n([pair[side] for pair in pairs], n) for side in (0, 1))
+    swaps = np.random.default_rng(seed).integers(0, 2, size=(n_perm, len(pairs)))
+    extreme = sum(abs(distinct(swap) - distinct(1 - swap)) >= abs(value_a - value_b) - 1e-12 for swap in swaps)
+    return value_a, value_b, (extreme + 1) / (n_perm + 1), len(pairs)
 
 
 def ends_early(rows: Sequence[dict], method: str, max_new_tokens: int) -> int:

@@ -46,6 +46,14 @@ def distinct_n(text: str, n: int) -> float:
     return len(set(grams)) / len(grams) if grams else 0.0
 
 
+def corpus_distinct_n(texts: list[str], n: int) -> float:
+    """Corpus-level distinct-n: |unique n-grams| / |n-grams| over all ``texts`` together (n-grams do not cross from
+    one text into the next). Unlike a per-text distinct-n it also counts a phrase that a method repeats across
+    prompts. 0.0 when there are no n-grams."""
+    grams = [g for text in texts for g in ngrams(words(text), n)]
+    return len(set(grams)) / len(grams) if grams else 0.0
+
+
 def rep_n(text: str, n: int) -> float:
     """rep-n = 1 - |unique n-grams| / |n-grams| (SimCTG; Li et al. 2022): 0 means no repeated n-gram.
     0.0 when there are no n-grams."""

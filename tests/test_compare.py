@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from helpers.compare import (
+    corpus_distinct,
     ends_early,
     holm,
     mean_interval,
@@ -62,6 +63,19 @@ def test_mean_nll_at_equal_length_cuts_tokens_not_words():
     with pytest.raises(ValueError, match="--rescore"):
         paired_difference([{k: v for k, v in r.items() if k != "nll"} for r in rows], "short", "long", "mean NLL",
                           fixed_length=True)
+
+
+def test_corpus_distinct_sees_a_phrase_reused_across_prompts():
+    # "same" writes one template for every prompt: each text alone repeats nothing, the corpus repeats everything
+    rows = [row(f"p{i}", "same", "the answer is simple and clear today") for i in range(12)]
+    rows += [row(f"p{i}", "fresh", f"w{i} x{i} y{i} z{i} v{i} u{i} t{i} extra words") for i in range(12)]
+    same, fresh, p_value, n = corpus_distinct(rows, "same", "fresh", 2, n_perm=500)
+    assert (same, fresh, n) == (pytest.approx(6 / 72), 1.0, 12)  # both cut to 7 words: 6 bigrams per prompt
+    assert p_value < 0.01
+    equal = corpus_distinct(rows, "fresh", "fresh", 2, n_perm=200)
+    assert equal[0] == equal[1] and equal[2] == 1.0
+    with pytest.raises(ValueError, match="at least 2 prompts"):
+        corpus_distinct(rows[:1] + rows[12:13], "same", "fresh", 2)
 
 
 def test_bad_requests_say_what_to_do():

@@ -10,6 +10,7 @@ import torch
 from conftest import VOCAB, tiny_llama
 
 from helpers.metrics import (
+    corpus_distinct_n,
     distinct_n,
     diversity,
     ngram_entropy,
@@ -77,6 +78,13 @@ def test_text_shorter_than_n():
 def test_text_metrics_keys():
     assert list(text_metrics("a b c")) == ["entropy-1", "entropy-2", "entropy-3", "distinct-1", "distinct-2",
                                            "rep-2", "rep-3", "rep-4", "diversity"]
+
+
+def test_corpus_distinct_n_counts_repeats_across_texts_but_not_across_their_boundary():
+    assert corpus_distinct_n(["a b c", "a b d"], 2) == pytest.approx(3 / 4)  # "a b" twice, across two texts
+    assert distinct_n("a b c", 2) == distinct_n("a b d", 2) == 1.0  # each text alone repeats nothing
+    assert corpus_distinct_n(["a b", "c d"], 2) == 1.0  # "b c" would cross the boundary: not an n-gram
+    assert corpus_distinct_n(["a", ""], 2) == 0.0
 
 
 # ------------------------------------------------------------------------------------------ summarize
