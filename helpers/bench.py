@@ -515,15 +515,15 @@ def markdown_table(result: dict) -> str:
         f"explained = E[tokens]/(γ·c + r(γ)) with α = {result['alpha_source']} (the same run's α: an "
         "explanation of the measurement, not a prediction from held-out data)",
         *(["- every drafter's c: " + ", ".join(f"{k} {_fmt(v, '.3f')}" for k, v in cost["c_by_drafter"].items())
-           + "; from counts = N / Σ_rounds (d·c + r(d)), N the tokens generated, d each round's counted draft length, "
-             "r(0) = 1"]
+           + "; from counts = N / Σ (d·c + r(d)) over its speculative rounds, N the tokens generated, d each round's "
+             "counted draft length, r(0) = 1"]
           if per_drafter else []),
         f"- α of the pair's amateur at temperature 1 (one sampled speculative run per prompt, γ={t1['gamma']}): "
         f"{_fmt(t1['alpha'], '.3f')}",
         f"- time ours/HF: naive/greedy {_fmt(ratios['ours_naive_over_hf_greedy'])}; "
         f"speculative/assisted {spec_hf} (< 1: ours faster)",
         f"- {settings['pair']} ({settings['expert']} + {settings['amateur']}), {settings['max_new_tokens']} "
-        f"tokens, {len(settings['prompts'])} prompts × {settings['repeats']} rounds, temperature "
+        f"tokens, {len(settings['prompts'])} prompts × {settings['repeats']} timing rounds, temperature "
         f"{settings['temperature']:g}; {machine['device']}, threads={machine['threads']}, CPU: {machine['cpu']}",
     ]
     loads = machine.get("load_average_before"), machine.get("load_average_after")

@@ -175,6 +175,12 @@ def paired_difference(rows: Sequence[dict], a: str, b: str, metric: str, *, fixe
     return replace(interval, p_value=sign_flip_p_value(diffs, seed=seed))
 
 
+def corpus_verdict(adjusted_p: float) -> str:
+    """The verdict on a corpus-level difference (:func:`corpus_distinct`), which has no interval: ``"real"`` when its
+    Holm-adjusted permutation p is below 0.05, else ``"inside the noise"`` (00's notation box)."""
+    return "real" if adjusted_p < 0.05 else "inside the noise"
+
+
 def _first_texts_at_equal_length(rows: Sequence[dict], methods: Sequence[str]) -> list[list[str]]:
     """Per shared prompt, each method's first continuation, all cut to the shortest one's words (prompts under
     :data:`MIN_WORDS` words left out)."""

@@ -26,13 +26,14 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from helpers.bench import machine_info
-from helpers.compare import Interval, mean_of
+from helpers.compare import Interval, mean_of, sign_flip_p_value
 from helpers.data import EVAL_PROMPTS, read_prompts
 from helpers.decoding import (
     Generation,
@@ -224,6 +225,12 @@ def equal_length_nll(a: Sequence[float], b: Sequence[float]) -> float:
     return sum(a[:n]) / n - sum(b[:n]) / n
 
 
+def equal_length_words(a: str, b: str, metric: str) -> float:
+    """A lexical metric of text ``a`` minus that of ``b``, both cut to the shorter one's words (notebook 04)."""
+    n = min(len(a.split()), len(b.split()))
+    return text_metrics(" ".join(a.split()[:n]))[metric] - text_metrics(" ".join(b.split()[:n]))[metric]
+
+
 def summary(result: dict) -> dict:
     """What notebook 08 prints, from a result file: speedups with intervals, the cost model, identity, quality."""
     runs, cost = result["runs"], result["costs"]
@@ -235,12 +242,12 @@ def summary(result: dict) -> dict:
     per_call = sum(len(r["tokens"]) for r in scd) / sum(r["expert_calls"] for r in scd)
     c, r_gamma, gamma = float(np.median(cost["c"])), float(np.median(cost["r"])), result["settings"]["gamma"]
     round_cost = gamma * c + r_gamma + c  # γ draft steps, one verification pass, the extra amateur step
-    metrics = {name: [text_metrics(text) for text in result["decoded"][name]] for name in ("CD", "greedy")}
-    quality = {metric: mean_of([cd[metric] - greedy[metric] for cd, greedy in zip(metrics["CD"], metrics["greedy"],
-                                                                                 strict=True)])
-               for metric in ("diversity", "rep-2", "distinct-2")}
-    quality["mean NLL"] = mean_of([equal_length_nll(a, b) for a, b in zip(result["nll"]["CD"], result["nll"]["greedy"],
-                                                                          strict=True)])
+    differences = {metric: [equal_length_words(cd, greedy, metric) for cd, greedy in
+                            zip(result["decoded"]["CD"], result["decoded"]["greedy"], strict=True)]
+                   for metric in ("diversity", "rep-2", "distinct-2")}
+    differences["mean NLL"] = [equal_length_nll(a, b) for a, b in zip(result["nll"]["CD"], result["nll"]["greedy"],
+                                                                      strict=True)]
+    quality = {metric: replace(mean_of(d), p_value=sign_flip_p_value(d)) for metric, d in differences.items()}
     return {
         "prompts": n_prompts,
         "scd_equals_cd": identical["SCD"], "scd_head_equals_cd": identical["SCD, head"],

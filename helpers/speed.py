@@ -314,9 +314,9 @@ def markdown_table(result: dict) -> str:
               f"- costs (median over {st['cost_prompts']} prompts × contexts +{contexts} tokens): expert step "
               f"{step_ms:.0f} ms, c: draft {c['draft']:.3f}, head {c['head']:.3f}; "
               f"r(d) for d = {shown[0]}..{shown[-1]}: {r_text}",
-              f"- {s['prompts']} evaluation prompts × {st['rounds']} shuffled rounds × {s['runs']} runs (separate "
-              f"processes), up to {st['max_new_tokens']} tokens, chat template, EOS on; γ selected on "
-              f"{len(result['selection_prompts'])} other prompts ({st['select_tokens']} tokens, 1 round)",
+              f"- {s['prompts']} evaluation prompts × {st['rounds']} shuffled timing rounds × {s['runs']} runs "
+              f"(separate processes), up to {st['max_new_tokens']} tokens, chat template, EOS on; γ selected on "
+              f"{len(result['selection_prompts'])} other prompts ({st['select_tokens']} tokens, 1 timing round)",
               f"- {result['machine']['cpu_kind']}, {result['machine']['threads']} threads"
               + ("" if st.get("kernels", "eager") == "eager" else f", {st['kernels']} linear layers (helpers.kernels)")
               + f"; `{result['command']}`"]

@@ -6,6 +6,7 @@ import pytest
 
 from helpers.compare import (
     corpus_distinct,
+    corpus_verdict,
     ends_early,
     holm,
     mean_interval,
@@ -71,7 +72,7 @@ def test_corpus_distinct_sees_a_phrase_reused_across_prompts():
     rows += [row(f"p{i}", "fresh", f"w{i} x{i} y{i} z{i} v{i} u{i} t{i} extra words") for i in range(12)]
     same, fresh, p_value, n = corpus_distinct(rows, "same", "fresh", 2, n_perm=500)
     assert (same, fresh, n) == (pytest.approx(6 / 72), 1.0, 12)  # both cut to 7 words: 6 bigrams per prompt
-    assert p_value < 0.01
+    assert p_value < 0.01 and corpus_verdict(p_value) == "real" and corpus_verdict(0.05) == "inside the noise"
     equal = corpus_distinct(rows, "fresh", "fresh", 2, n_perm=200)
     assert equal[0] == equal[1] and equal[2] == 1.0
     with pytest.raises(ValueError, match="at least 2 prompts"):
