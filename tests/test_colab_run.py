@@ -35,7 +35,7 @@ COLAB_SHIPS = ("torch", "numpy", "matplotlib", "ipykernel", "ipywidgets", "paper
 SUPPORTED_TAGS = {str(tag) for tag in sys_tags()}
 RUNS = {
     "00_meet_the_models.ipynb": {"TOP_K": 5},
-    "01_naive_decoding.ipynb": {"MAX_NEW_TOKENS": 8, "LOOP_TOKENS": 24, "LOOP_PROMPTS": 1},
+    "01_naive_decoding.ipynb": {"MAX_NEW_TOKENS": 12, "LOOP_TOKENS": 24, "LOOP_PROMPTS": 1},
     "02_contrastive_decoding.ipynb": {"MAX_NEW_TOKENS": 6, "SWEEP_TOKENS": 4},
     "03_speculative_decoding.ipynb": {"MAX_NEW_TOKENS": 12, "GAMMA": 2, "N_EXACTNESS_RUNS": 500},
     "04_evaluation.ipynb": {"MAX_NEW_TOKENS": 8, "N_PROMPTS": 1, "GAMMAS": [1, 2]},
