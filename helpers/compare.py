@@ -16,8 +16,7 @@ Lexical metrics grow or shrink with the length of a text (entropy grows; diversi
 repeat), and a method that ends its turn early writes shorter texts. ``fixed_length=True`` therefore cuts both
 methods' continuations of a prompt to the same number of words before scoring them. The expert's likelihood is
 compared the same way, as the mean negative log-likelihood per token over the same number of tokens ("mean NLL at
-equal length"): a perplexity averaged over texts is dominated by its few largest values, and the first tokens of
-a continuation are scored differently from its last.
+equal length"): a perplexity averaged over texts is dominated by its few largest values.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from helpers.metrics import corpus_distinct_n, ngrams, text_metrics
+from helpers.metrics import corpus_distinct_n, ngrams, text_metrics, unique_share
 
 MIN_WORDS = 4
 """Prompts whose shorter continuation has fewer words are left out of a fixed-length comparison (4-grams)."""
@@ -206,9 +205,8 @@ def corpus_distinct(rows: Sequence[dict], a: str, b: str, n: int, *, n_perm: int
         raise ValueError(f"need at least 2 prompts with {MIN_WORDS}+ words from both methods, got {len(pairs)}")
     grams = [[[hash(g) for g in ngrams(text.split(), n)] for text in pair] for pair in pairs]
 
-    def distinct(side: Sequence[int]) -> float:
-        pooled = [g for prompt, s in zip(grams, side, strict=True) for g in prompt[s]]
-        return len(set(pooled)) / len(pooled) if pooled else 0.0
+    def distinct(side: Sequence[int]) -> float:  # corpus_distinct_n on pre-split n-grams, for the permutations
+        return unique_share([g for prompt, s in zip(grams, side, strict=True) for g in prompt[s]])
 
     value_a, value_b = (corpus_distinct_n([pair[side] for pair in pairs], n) for side in (0, 1))
     swaps = np.random.default_rng(seed).integers(0, 2, size=(n_perm, len(pairs)))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
+from collections.abc import Hashable, Sequence
 
 import torch
 
@@ -40,18 +41,21 @@ def ngram_entropy(text: str, n: int) -> float:
     return sum(c / total * math.log2(total / c) for c in counts.values())
 
 
+def unique_share(grams: Sequence[Hashable]) -> float:
+    """|unique items| / |items|: distinct-n of a list of n-grams. 0.0 when there are none."""
+    return len(set(grams)) / len(grams) if grams else 0.0
+
+
 def distinct_n(text: str, n: int) -> float:
     """distinct-n = |unique n-grams| / |n-grams| (Li et al. 2016). 0.0 when there are no n-grams."""
-    grams = ngrams(words(text), n)
-    return len(set(grams)) / len(grams) if grams else 0.0
+    return unique_share(ngrams(words(text), n))
 
 
 def corpus_distinct_n(texts: list[str], n: int) -> float:
     """Corpus-level distinct-n: |unique n-grams| / |n-grams| over all ``texts`` together (n-grams do not cross from
     one text into the next). Unlike a per-text distinct-n it also counts a phrase that a method repeats across
     prompts. 0.0 when there are no n-grams."""
-    grams = [g for text in texts for g in ngrams(words(text), n)]
-    return len(set(grams)) / len(grams) if grams else 0.0
+    return unique_share([g for text in texts for g in ngrams(words(text), n)])
 
 
 def rep_n(text: str, n: int) -> float:

@@ -26,14 +26,13 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from helpers.bench import machine_info
-from helpers.compare import Interval, mean_of, sign_flip_p_value
+from helpers.compare import Interval, mean_of, paired_difference
 from helpers.data import EVAL_PROMPTS, read_prompts
 from helpers.decoding import (
     Generation,
@@ -45,7 +44,7 @@ from helpers.decoding import (
     speculative_contrastive,
 )
 from helpers.heads import DraftHead, head_speculative, load_head
-from helpers.metrics import text_metrics, token_nll
+from helpers.metrics import token_nll
 from helpers.models import Pair, load_pair
 from helpers.protocol import MIN_PROMPTS, depth_acceptance, round_counts, speedup, timed_runs
 from helpers.timing import cost_ratios
@@ -219,18 +218,6 @@ def likelihoods(pair: Pair, prompts: Sequence[torch.Tensor], runs: Sequence[dict
             for name in ("greedy", "CD")}
 
 
-def equal_length_nll(a: Sequence[float], b: Sequence[float]) -> float:
-    """Mean NLL of ``a`` minus that of ``b``, both over the first min(len) tokens (notebook 04's "at equal length")."""
-    n = min(len(a), len(b))
-    return sum(a[:n]) / n - sum(b[:n]) / n
-
-
-def equal_length_words(a: str, b: str, metric: str) -> float:
-    """A lexical metric of text ``a`` minus that of ``b``, both cut to the shorter one's words (notebook 04)."""
-    n = min(len(a.split()), len(b.split()))
-    return text_metrics(" ".join(a.split()[:n]))[metric] - text_metrics(" ".join(b.split()[:n]))[metric]
-
-
 def summary(result: dict) -> dict:
     """What notebook 08 prints, from a result file: speedups with intervals, the cost model, identity, quality."""
     runs, cost = result["runs"], result["costs"]
@@ -242,12 +229,10 @@ def summary(result: dict) -> dict:
     per_call = sum(len(r["tokens"]) for r in scd) / sum(r["expert_calls"] for r in scd)
     c, r_gamma, gamma = float(np.median(cost["c"])), float(np.median(cost["r"])), result["settings"]["gamma"]
     round_cost = gamma * c + r_gamma + c  # γ draft steps, one verification pass, the extra amateur step
-    differences = {metric: [equal_length_words(cd, greedy, metric) for cd, greedy in
-                            zip(result["decoded"]["CD"], result["decoded"]["greedy"], strict=True)]
-                   for metric in ("diversity", "rep-2", "distinct-2")}
-    differences["mean NLL"] = [equal_length_nll(a, b) for a, b in zip(result["nll"]["CD"], result["nll"]["greedy"],
-                                                                      strict=True)]
-    quality = {metric: replace(mean_of(d), p_value=sign_flip_p_value(d)) for metric, d in differences.items()}
+    texts = [{"prompt": i, "method": name, "text": result["decoded"][name][i], "nll": result["nll"][name][i]}
+             for name in ("CD", "greedy") for i in range(n_prompts)]  # compared as notebook 04 compares methods
+    quality = {metric: paired_difference(texts, "CD", "greedy", metric, fixed_length=True)
+               for metric in ("diversity", "rep-2", "distinct-2", "mean NLL")}
     return {
         "prompts": n_prompts,
         "scd_equals_cd": identical["SCD"], "scd_head_equals_cd": identical["SCD, head"],
