@@ -7,6 +7,7 @@ kernel starts in ``notebooks/`` (JupyterLab), in the repository (papermill, nbva
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -79,6 +80,25 @@ def read_json(name: Path | str) -> dict:
     """A committed result (see :func:`result_path`) or another JSON file given by absolute path, parsed."""
     path = Path(name)
     return json.loads((path if path.is_absolute() else result_path(path)).read_text())
+
+
+def _json_safe(value: object) -> object:
+    """NaN and ±inf become null (strict JSON); tuples become lists."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def write_json(result: dict, path: Path | str) -> Path:
+    """Write a result as strict JSON (NaN and infinities as null), creating the folder; return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_json_safe(result), indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    return path
 
 
 def grounded_tasks() -> dict[str, str]:

@@ -39,10 +39,9 @@ import torch
 from tqdm.auto import tqdm
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
-from helpers.bench import machine_info
 from helpers.data import DATA, DISTILL_PROMPTS, DRAFT_FOLDER, PROMPTS, read_prompts
 from helpers.decoding import speculative
-from helpers.machine import describe_cpu, fast_bf16
+from helpers.machine import describe_cpu, fast_bf16, machine_info
 from helpers.models import count_parameters, load_pair
 from helpers.timing import ForwardStep, interleaved, median
 from helpers.training import fit

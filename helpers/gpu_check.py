@@ -37,10 +37,11 @@ from pathlib import Path
 
 import torch
 
-from helpers.bench import machine_info, run_benchmark
+from helpers.bench import run_benchmark
 from helpers.data import ARTICLE_PROMPTS, RESULTS, read_prompts
 from helpers.decoding import naive, speculative
 from helpers.heads import head_speculative, load_head
+from helpers.machine import machine_info
 from helpers.models import POCKET_GGUF, POCKET_GGUF_SHA256, _check_sha256, cache_dir, load_pair, tiny_random_model
 from helpers.precision import exact_arithmetic, greedy_agreement
 from helpers.stats import exact_distribution, round_error

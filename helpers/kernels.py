@@ -301,9 +301,8 @@ def readme_row(result: dict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from helpers.bench import machine_info
     from helpers.data import EVAL_PROMPTS, read_prompts
-    from helpers.machine import fast_bf16
+    from helpers.machine import fast_bf16, machine_info
     from helpers.models import load_pair
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

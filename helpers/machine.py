@@ -14,6 +14,7 @@ from functools import cache
 from pathlib import Path
 
 import torch
+import transformers
 
 FAST_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 """CPU flags (``/proc/cpuinfo``) of hardware bf16 arithmetic. Without them oneDNN emulates bf16 matrix products,
@@ -79,3 +80,29 @@ def float_regime() -> dict[str, object]:
     return {"cpu": describe_cpu(), "capability": torch.backends.cpu.get_cpu_capability(),
             "threads": torch.get_num_threads(), "mkl_cbwr": os.environ.get("MKL_CBWR", "native"),
             "torch": torch.__version__}
+
+
+def load_average() -> list[float] | None:
+    """1, 5 and 15 minute load averages (None where the OS has none): well above a run's own thread count, other
+    processes shared the CPU."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def machine_info(device: torch.device | str) -> dict:
+    """Library versions, threads, CPU model and device: the ``machine`` entry of every result file."""
+    device = torch.device(device)
+    return {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "cpu": cpu_name(),
+        "cpu_kind": describe_cpu(),
+        "device": str(device),
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+    }

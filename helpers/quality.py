@@ -25,9 +25,9 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from helpers.bench import machine_info
 from helpers.data import ARTICLE_PROMPTS, PROMPTS, read_prompts
 from helpers.decoding import contrastive, contrastive_search, dola, naive
+from helpers.machine import machine_info
 from helpers.metrics import summarize, text_metrics, token_nll
 from helpers.models import Pair, early_exit, load_pair
 

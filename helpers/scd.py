@@ -31,7 +31,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from helpers.bench import machine_info
 from helpers.compare import Interval, mean_of, paired_difference
 from helpers.data import EVAL_PROMPTS, read_prompts
 from helpers.decoding import (
@@ -44,6 +43,7 @@ from helpers.decoding import (
     speculative_contrastive,
 )
 from helpers.heads import DraftHead, head_speculative, load_head
+from helpers.machine import machine_info
 from helpers.metrics import token_nll
 from helpers.models import Pair, load_pair
 from helpers.protocol import MIN_PROMPTS, depth_acceptance, round_counts, speedup, timed_runs

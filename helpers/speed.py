@@ -41,12 +41,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from helpers.bench import machine_info
 from helpers.compare import mean_of
 from helpers.data import EVAL_PROMPTS, read_prompts
 from helpers.decoding import naive, speculative
 from helpers.heads import DraftHead, HeadStep, head_speculative, load_head
 from helpers.kernels import KERNELS, with_kernels
+from helpers.machine import machine_info
 from helpers.models import Pair, load_pair
 from helpers.protocol import MIN_PROMPTS, Decoder, across_runs, depth_acceptance, mean_speedup, timed_runs
 from helpers.timing import ForwardStep, interleaved, speedup_from_counts

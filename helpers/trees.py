@@ -31,10 +31,10 @@ import torch
 from tqdm.auto import tqdm
 from transformers import DynamicCache, PreTrainedModel
 
-from helpers.bench import machine_info, write_json
-from helpers.data import ARTICLE_PROMPTS, PROMPTS, read_prompts
+from helpers.data import ARTICLE_PROMPTS, PROMPTS, read_prompts, write_json
 from helpers.decoding import naive
 from helpers.heads import DraftHead, load_head
+from helpers.machine import machine_info
 from helpers.models import load_pair
 from helpers.timing import ForwardStep, interleaved, median
 

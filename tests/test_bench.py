@@ -1,5 +1,5 @@
 """helpers.bench on tiny random models: the structure of the result, N tokens from every method, finite ratios,
-HF assisted generation drafting exactly γ tokens, and the command line. No wall-clock assertions."""
+and the command line. No wall-clock assertions."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ import pytest
 import torch
 from conftest import VOCAB, tiny_llama
 
-from helpers import bench
-from helpers.bench import assistant_drafts, markdown_table, run_benchmark
+from helpers import bench, bench_configs
+from helpers.bench import run_benchmark
 from helpers.heads import DraftHead
 from helpers.models import Pair
-from helpers.protocol import MIN_PROMPTS
 
 N = 6
 GAMMAS = [1, 3]
@@ -100,24 +99,6 @@ def test_speculative_statistics(result):
     assert 0 <= alpha_t1["alpha"] <= 1 and alpha_t1["n_positions"] > 0 and alpha_t1["gamma"] == max(GAMMAS)
 
 
-def test_markdown_table_has_a_row_per_configuration(result):
-    table = markdown_table(result)
-    lines = table.splitlines()
-    assert lines[0].startswith("| configuration |")
-    assert sum(line.startswith("| ours") or line.startswith("| HF") for line in lines) == len(
-        result["configurations"])
-    assert "c=" in table and "amateur at temperature 1" in table
-    assert "| c | r | from counts |" in table
-    old = {**result, "cost": {k: v for k, v in result["cost"].items() if k != "c_by_drafter"}}
-    assert "from counts" not in markdown_table(old)  # results written before the per-drafter costs keep their table
-    # no speed interval from fewer than MIN_PROMPTS prompts, not even where an older file stored one
-    assert all(row["speedup_interval"] is None for row in result["configurations"])
-    stored = {**result, "configurations": [{**row, "speedup_interval": (0.5, 2.0)} for row in result["configurations"]]}
-    assert "[0.50, 2.00]" not in markdown_table(stored) and "no interval from" in markdown_table(stored)
-    many = {**stored, "settings": {**result["settings"], "prompts": [[1]] * MIN_PROMPTS}}
-    assert "[0.50, 2.00]" in markdown_table(many) and "[95 % CI]" in markdown_table(many)
-
-
 def test_sampling_also_produces_n_tokens(pair):
     sampled = run_benchmark(pair, PROMPTS[:1], [2], repeats=1, max_new_tokens=N, temperature=1.0, seed=3,
                             progress=False)
@@ -175,15 +156,15 @@ def test_new_methods_report_the_same_greedy_text_and_their_statistics(new_method
         assert 0 < row["speedup_vs_naive"] < math.inf and row["per_token_s"]["median"] > 0
         if row["method"] == "naive":
             continue
-        assert row["label"] == bench.LABELS[row["method"]]
-        assert row["c"] == new_methods["cost"]["c_by_drafter"][bench.DRAFTER[row["method"]]]
+        assert row["label"] == bench_configs.LABELS[row["method"]]
+        assert row["c"] == new_methods["cost"]["c_by_drafter"][bench_configs.DRAFTER[row["method"]]]
         if row["method"] == "hf_assisted_default":
             assert row["gamma"] is None and "alpha" not in row  # transformers does not tell
             continue
         assert 0 <= row["alpha"] <= 1 and 0 <= row["share_kept"] <= 1
         assert 1 <= row["tokens_per_expert_call"] <= row["gamma"] + 1
         assert row["r"] == new_methods["cost"]["r"][row["gamma"]] and 0 < row["explained_from_counts"] < math.inf
-        assert ("predicted_speedup" in row) == (row["method"] in bench.CONSTANT_GAMMA)
+        assert ("predicted_speedup" in row) == (row["method"] in bench_configs.CONSTANT_GAMMA)
     self_draft = rows(new_methods)["self_draft_g3"]
     assert self_draft["alpha"] > 0.9  # an fp16 copy of the expert agrees with it almost always
 
@@ -195,17 +176,8 @@ def test_every_drafter_has_its_cost(new_methods):
     assert list(cost["r_by_draft_length"]) == [0, 1, 2, 3] and cost["r_by_draft_length"][0] == 1.0
 
 
-def test_markdown_table_shows_the_new_methods(new_methods):
-    table = markdown_table(new_methods)
-    assert "| ours: prompt lookup | 3 |" in table and "| ours: speculative, fp16 self-draft | 1 |" in table
-    assert "| ours: draft head (EAGLE-style) | 3 |" in table and "| c | r | from counts |" in table
-    assert "every drafter's c: amateur" in table
-    assert "naive/greedy –; speculative/assisted –" in table
-
-
 def test_methods_option():
     assert bench.parse_args([]).methods is None  # run_benchmark's default: the original five
-    assert bench.check_methods(None) == ["naive", "naive_nocache", "hf_greedy", "speculative", "hf_assisted"]
     args = bench.parse_args(["--methods", "prompt-lookup,self-draft,hf_greedy"])
     assert args.methods == ["naive", "hf_greedy", "self_draft", "prompt_lookup"]
 
@@ -221,35 +193,7 @@ def test_help_lists_the_methods(capsys):
     with pytest.raises(SystemExit):
         bench.parse_args(["--help"])
     shown = capsys.readouterr().out
-    assert all(method in shown for method in bench.METHODS)
-
-
-# ---------------------------------------------------------------------------- HF assisted generation
-@pytest.mark.parametrize("gamma", [1, 3, 5])
-def test_hf_assistant_drafts_exactly_gamma_tokens(pair, monkeypatch, gamma):
-    """transformers ignores num_assistant_tokens passed to the expert's generate and ends drafts early (low
-    confidence, the assistant's own EOS): under assistant_drafts() every draft has γ tokens, or what is left of
-    the budget."""
-    n, prompt = 16, PROMPTS[0]
-    drafts: list[tuple[int, int]] = []  # (tokens so far, drafted tokens)
-    generate = pair.amateur.generate
-
-    def recording_generate(*args, **kwargs):
-        out = generate(*args, **kwargs)
-        so_far = kwargs.get("input_ids", args[0] if args else None).shape[1]
-        drafts.append((so_far, out.sequences.shape[1] - so_far))
-        return out
-
-    monkeypatch.setattr(pair.amateur, "generate", recording_generate)
-    config = pair.amateur.generation_config
-    before = {name: getattr(config, name, None) for name in bench.ASSISTANT_SETTINGS}
-    with assistant_drafts(pair.amateur, gamma):
-        out = pair.expert.generate(prompt, assistant_model=pair.amateur, **bench._hf_kwargs(pair.expert, n, 0))
-    assert out.shape[1] == prompt.shape[1] + n
-    assert drafts
-    for so_far, drafted in drafts:
-        assert drafted == min(gamma, prompt.shape[1] + n - so_far - 1)
-    assert {name: getattr(config, name, None) for name in bench.ASSISTANT_SETTINGS} == before
+    assert all(method in shown for method in bench_configs.METHODS)
 
 
 # ------------------------------------------------------------------------------------------ command line

@@ -109,3 +109,9 @@ def test_results_refuse_relative_paths_and_name_what_exists():
         data.result_path("../data/results/bench-pocket-xeon.json")
     with pytest.raises(FileNotFoundError, match=r"bench-pocket-xeon\.json"):
         data.result_path("no-such-result.json")
+
+
+def test_write_json_is_strict_json_with_null_for_nan(tmp_path):
+    path = data.write_json({"a": float("nan"), "b": (1, float("inf")), 2: {"c": 0.5}}, tmp_path / "sub" / "r.json")
+    assert path.read_text() == '{\n  "a": null,\n  "b": [\n    1,\n    null\n  ],\n  "2": {\n    "c": 0.5\n  }\n}\n'
+    assert data.read_json(path) == {"a": None, "b": [1, None], "2": {"c": 0.5}}

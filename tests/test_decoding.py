@@ -12,7 +12,7 @@ import torch
 from conftest import EOS, VOCAB, tiny_llama
 
 from helpers import decoding
-from helpers.bench import assistant_drafts, quiet_transformers
+from helpers.bench_configs import assistant_drafts, quiet_transformers
 from helpers.decoding import (
     contrastive,
     contrastive_search,
@@ -37,6 +37,9 @@ and Bernoulli draws, across rounds. A bias as gross as the source article's (TV 
 distribution of the first two tokens) is over three times the 99th-percentile TV of exact sampling at 3,000 runs
 (0.092); a subtle bias (TV ≈ 0.01) is left to the enumeration, whose negative controls catch it. Each run is a
 whole decode of a few ~1 ms transformers forward passes, so the runs are what these tests cost."""
+CONTROL_RUNS = 1_000
+"""Runs of the negative control: the article's bias (TV 0.32) is twice the 99th-percentile TV of exact sampling
+at 1,000 runs (about 0.16), so fewer runs than the exactness tests suffice to reject it."""
 LOOKUP_PROMPT = torch.tensor([[2, 8, 7, 2]])
 """Its last token 2 occurred before, followed by 8 7: prompt lookup drafts [8, 7] at once. The tiny expert's
 p(8 | prompt) = 0.23 (its favourite), so the draft is accepted about a quarter of the time, rejected otherwise."""
@@ -108,7 +111,7 @@ def test_the_source_articles_sampler_fails_the_same_test(tiny_pair, prompt, one_
     exact = exact_first_two(expert, prompt)
     counts = first_two_counts(lambda g: speculative_decoding(
         expert, amateur, prompt, n_tokens=2, max_length=prompt.shape[1] + 4, generator=g),  # +4: >= 2 tokens
-        VOCAB, N_RUNS)
+        VOCAB, CONTROL_RUNS)
     fit = goodness_of_fit(counts, exact)
     assert fit.p_value < 1e-3 and fit.tv > fit.tv_noise, fit
 

@@ -29,3 +29,11 @@ def test_the_cpu_is_named_with_its_instruction_set():
     regime = machine.float_regime()
     assert set(regime) == {"cpu", "capability", "threads", "mkl_cbwr", "torch"}
     assert regime["mkl_cbwr"] == os.environ.get("MKL_CBWR", "native")
+
+
+def test_machine_info_names_the_libraries_threads_and_cpu():
+    info = machine.machine_info("cpu")
+    assert info["torch"] == torch.__version__ and info["threads"] == torch.get_num_threads()
+    assert info["device"] == "cpu" and info["gpu"] is None and info["cpu_kind"] == machine.describe_cpu()
+    loads = machine.load_average()
+    assert loads is None or (len(loads) == 3 and all(x >= 0 for x in loads))
