@@ -22,8 +22,9 @@ equal length"): a perplexity averaged over texts is dominated by its few largest
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import numpy as np
 
@@ -110,6 +111,19 @@ def verdict(interval: Interval, adjusted_p: float) -> str:
         return "real"
     return "not confirmed" if significant or interval.excludes_zero else "inside the noise"
 
+
+K = TypeVar("K", bound=Hashable)
+"""The key of one comparison in a family (a metric, or a (method, method, metric) triple)."""
+
+
+def holm_verdicts(intervals: Mapping[K, Interval]) -> tuple[dict[K, float], dict[K, str]]:
+    """One family of paired comparisons at once: each one's Holm-adjusted p (:func:`holm` over the family's sign-flip
+    p-values) and its :func:`verdict`, both keyed like ``intervals``."""
+    missing = [key for key, interval in intervals.items() if interval.p_value is None]
+    if missing:
+        raise ValueError(f"no sign-flip p-value for {missing}: build the intervals with paired_difference")
+    adjusted = dict(zip(intervals, holm([interval.p_value for interval in intervals.values()]), strict=True))
+    return adjusted, {key: verdict(interval, adjusted[key]) for key, interval in intervals.items()}
 
 def _texts(rows: Sequence[dict], method: str) -> dict[str, list[dict]]:
     by_prompt: dict[str, list[dict]] = {}

@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 
 from helpers.compare import (
+    Interval,
     corpus_distinct,
     corpus_verdict,
     ends_early,
     holm,
+    holm_verdicts,
     mean_interval,
     mean_of,
     median_interval,
@@ -155,3 +157,13 @@ def test_real_needs_both_the_adjusted_p_and_the_interval():
     assert verdict(shifted, 0.2) == "not confirmed"  # the interval alone
     assert verdict(noisy, 0.01) == "not confirmed"  # the adjusted p alone
     assert verdict(noisy, 0.9) == "inside the noise"
+
+
+def test_holm_verdicts_adjust_one_family_together():
+    family = {"a": Interval(0.2, 0.1, 0.3, 20, p_value=0.01), "b": Interval(0.1, 0.01, 0.2, 20, p_value=0.04),
+              "c": Interval(0.0, -0.1, 0.1, 20, p_value=0.9)}
+    adjusted, said = holm_verdicts(family)
+    assert adjusted == pytest.approx({"a": 0.03, "b": 0.08, "c": 0.9})  # 3 × 0.01, 2 × 0.04, 1 × 0.9
+    assert said == {"a": "real", "b": "not confirmed", "c": "inside the noise"}
+    with pytest.raises(ValueError, match="paired_difference"):
+        holm_verdicts({"d": Interval(0.1, 0.0, 0.2, 5)})
