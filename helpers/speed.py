@@ -1,8 +1,9 @@
 """How fast the drafters of notebooks 03-07 make the pocket expert on this CPU, measured with the tutorial's protocol
 (:mod:`helpers.protocol`) on the held-out evaluation prompts (``data/eval_prompts.txt``, chat template, EOS on).
 
-``python -m helpers.speed --out data/results/speed-<cpu>.json [--runs 2] [--kernels eager]`` writes one file per CPU
-and execution path of the models (:mod:`helpers.kernels`) with its command, settings, machine and every raw number,
+``python -m helpers.speed --out data/results/speed-<cpu>.json [--runs 2] [--kernels eager] [--dtype fp32]`` writes one
+file per CPU and execution path of the models (:mod:`helpers.kernels`; ``--dtype bf16``: bf16 weights, a different
+expert, where the CPU has bf16 instructions) with its command, settings, machine and every raw number,
 in three phases (``--show`` prints an existing file's table and README row; ``--quick`` runs every phase on two
 prompts with a few tokens):
 
@@ -46,7 +47,7 @@ from helpers.data import EVAL_PROMPTS, read_prompts
 from helpers.decoding import naive, speculative
 from helpers.heads import DraftHead, HeadStep, head_speculative, load_head
 from helpers.kernels import KERNELS, with_kernels
-from helpers.machine import machine_info
+from helpers.machine import fast_bf16, machine_info
 from helpers.models import Pair, load_pair
 from helpers.protocol import MIN_PROMPTS, Decoder, across_runs, depth_acceptance, mean_speedup, timed_runs
 from helpers.timing import ForwardStep, interleaved, speedup_from_counts
@@ -58,6 +59,8 @@ GAMMAS = (1, 2, 3, 4, 5, 6, "dynamic")
 token it gives less than :data:`CONFIDENCE` (transformers' starting value)."""
 DYNAMIC_MAX, CONFIDENCE = 6, 0.4
 TEMPERATURES = (0.0, 1.0)
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+"""The models' weights: fp32 (the tutorial's expert) or bf16 (a different expert, :mod:`helpers.kernels`)."""
 CONTEXT_EXTRA = (0, 32, 64)
 MAX_TOKENS_PER_PASS = 16
 DEFAULTS = {"cost_prompts": 10, "cost_repeats": 3, "select_prompts": 10, "select_tokens": 32, "eval_prompts": 20,
@@ -180,17 +183,34 @@ def encoded(pair: Pair, texts: Sequence[str]) -> list[torch.Tensor]:
     return [pair.encode_chat(t) for t in texts]
 
 
-def load(kernels: str) -> tuple[Pair, DraftHead]:
-    """The pocket pair and the draft head, all three on the execution path ``kernels`` (:mod:`helpers.kernels`)."""
-    pair = load_pair("pocket", kernels=kernels)
+def check_dtype(dtype: str) -> None:
+    """Refuse an unknown dtype, and bf16 where the CPU emulates it (its timings would measure the emulation)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}: choose one of {tuple(DTYPES)}")
+    if dtype == "bf16" and not fast_bf16("cpu"):
+        raise ValueError("this CPU has no bf16 instructions (helpers.machine.fast_bf16): bf16 would be emulated, "
+                         "slower than fp32; time the fp32 paths (--dtype fp32)")
+
+
+def load(kernels: str, dtype: str = "fp32") -> tuple[Pair, DraftHead]:
+    """The pocket pair and the draft head, all three on the execution path ``kernels`` (:mod:`helpers.kernels`)
+    with weights in ``dtype`` (the head follows the expert's)."""
+    check_dtype(dtype)
+    pair = load_pair("pocket", kernels=kernels, dtype=DTYPES[dtype], device="cpu")
     return pair, with_kernels(load_head(pair.expert), kernels)
+
+
+def path_name(settings: dict) -> str:
+    """``"fp32 eager"``, ``"bf16 eager"``, ``"fp32 prepacked"``: the weights' dtype and the kernels of a result file
+    (files recorded before ``--dtype`` existed are fp32)."""
+    return f"{settings.get('dtype', 'fp32')} {settings.get('kernels', 'eager')}"
 
 
 def evaluate_run(out: Path, run: int) -> None:
     """Phase 3, one run (called in its own process by :func:`main`): appends its records to ``out``."""
     result = json.loads(out.read_text())
     s = result["settings"]
-    pair, head = load(s.get("kernels", "eager"))
+    pair, head = load(s.get("kernels", "eager"), s.get("dtype", "fp32"))
     configs = evaluation_configs(pair, head, result["selected"], s["max_new_tokens"])
     started = time.time()
     records = timed_runs(configs, encoded(pair, result["evaluation_prompts"]), rounds=s["rounds"], seed=1000 + run)
@@ -204,6 +224,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=2, help="independent evaluation runs, each in its own process")
     parser.add_argument("--quick", action="store_true", help="two prompts, a few tokens: a smoke test, no intervals")
     parser.add_argument("--kernels", choices=KERNELS, default="eager", help="the models' execution path")
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default="fp32",
+                        help="the models' weights; bf16 only on a CPU with bf16 instructions")
     for key, value in DEFAULTS.items():
         parser.add_argument(f"--{key.replace('_', '-')}", type=int, default=None, help=f"default {value}")
     parser.add_argument("--show", action="store_true",
@@ -220,14 +242,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     settings = {**DEFAULTS, **(QUICK if args.quick else {}),
                 **{k: getattr(args, k) for k in DEFAULTS if getattr(args, k) is not None}}
     started = time.time()
-    pair, head = load(args.kernels)
+    pair, head = load(args.kernels, args.dtype)
     selection, evaluation = split(read_prompts(EVAL_PROMPTS))
     selection, evaluation = selection[:settings["select_prompts"]], evaluation[:settings["eval_prompts"]]
     result = {"command": "python -m helpers.speed " + " ".join(sys.argv[1:] if argv is None else argv),
               "settings": {**settings, "runs": args.runs, "gammas": list(GAMMAS), "dynamic": [DYNAMIC_MAX, CONFIDENCE],
                            "temperatures": list(TEMPERATURES), "context_extra": list(CONTEXT_EXTRA),
                            "prompts_file": EVAL_PROMPTS.name, "chat_template": True, "eos": True,
-                           "kernels": args.kernels},
+                           "kernels": args.kernels, "dtype": args.dtype},
               "machine": machine_info(pair.device), "selection_prompts": selection, "evaluation_prompts": evaluation}
     result["costs"] = context_costs(pair, head, encoded(pair, evaluation[:settings["cost_prompts"]]),
                                     repeats=settings["cost_repeats"])
@@ -250,6 +272,15 @@ def explained(records: Sequence[dict], c: float, r: dict[int, float]) -> float:
     """The mean over runs of the speedup the cost model explains from each run's counted draft lengths."""
     return float(np.mean([speedup_from_counts([d for d, _ in rec["rounds"]], len(rec["tokens"]), c, r)
                           for rec in records]))
+
+
+def same_text(records: Sequence[dict], base: str, name: str) -> tuple[int, int]:
+    """Greedy: (how many timed runs of ``name`` wrote naive decoding's tokens on the same prompt and round, of how
+    many). All of them in fp32, up to near-ties (notebook 03); in bf16 a verification pass and a 1-token step round
+    differently enough to part the texts (:func:`helpers.kernels.fidelity`)."""
+    naive_tokens = {(rec["prompt"], rec["round"]): rec["tokens"] for rec in records if rec["config"] == base}
+    runs = [rec for rec in records if rec["config"] == name]
+    return sum(rec["tokens"] == naive_tokens[rec["prompt"], rec["round"]] for rec in runs), len(runs)
 
 
 def summary(result: dict) -> dict:
@@ -276,6 +307,9 @@ def summary(result: dict) -> dict:
                      "explained": explained(recs, costs["c"][drafter], costs["r"]),
                      "explained_free": explained(recs, costs["c"][drafter], dict.fromkeys(costs["r"], 1.0))}
             entry["model_gap"] = float(np.mean(entry["speedup_per_run"])) / entry["explained"]
+            if temperature == 0:
+                same = [same_text(records, base, name) for records in runs]
+                entry["same_text"] = (sum(k for k, _ in same), sum(n for _, n in same))
             out[name] = entry
     return out
 
@@ -318,7 +352,7 @@ def markdown_table(result: dict) -> str:
               f"(separate processes), up to {st['max_new_tokens']} tokens, chat template, EOS on; γ selected on "
               f"{len(result['selection_prompts'])} other prompts ({st['select_tokens']} tokens, 1 timing round)",
               f"- {result['machine']['cpu_kind']}, {result['machine']['threads']} threads"
-              + ("" if st.get("kernels", "eager") == "eager" else f", {st['kernels']} linear layers (helpers.kernels)")
+              + ("" if path_name(st) == "fp32 eager" else f", the {path_name(st)} path (helpers.kernels)")
               + f"; `{result['command']}`"]
     return "\n".join(lines)
 
@@ -326,19 +360,26 @@ def markdown_table(result: dict) -> str:
 def readme_row(result: dict) -> str:
     """The README's row for this result file (a test checks that the README holds it verbatim)."""
     s = summary(result)
+    st = result["settings"]
+    exact = st.get("dtype", "fp32") == "fp32"
+
+    def cell(drafter: str, gamma: int | str, temperature: float) -> str:
+        entry = s[config_name(drafter, gamma, temperature)]
+        same = "" if exact or temperature else " ({} of {} texts naive decoding's)".format(*entry["same_text"])
+        return f"{drafter} γ = {gamma}: {speedup_text(entry)}{same}"
+
     parts = []
     for temperature in TEMPERATURES:
-        drafters = "; ".join(f"{drafter} γ = {gamma}: {speedup_text(s[config_name(drafter, gamma, temperature)])}"
+        drafters = "; ".join(cell(drafter, gamma, temperature)
                              for drafter, gamma in s["selected"][f"T={temperature:g}"].items())
         parts.append(f"{'greedy' if temperature == 0 else f'T = {temperature:g}'}: {drafters}")
-    st = result["settings"]
-    eager = st.get("kernels", "eager") == "eager"
+    eager = path_name(st) == "fp32 eager"
     where = "notebooks 05, 07" if eager else "notebook 04"
     runs = f"{s['runs']} run{'s' if s['runs'] != 1 else ''}"
     what = (f"**the distilled draft and the draft head, one protocol** ({where}; {s['prompts']} held-out chat "
             f"requests, chat template, EOS on, up to {st['max_new_tokens']} tokens, {st['rounds']} shuffled rounds × "
             f"{runs}; γ selected on {len(result['selection_prompts'])} other requests; speedup over naive decoding"
-            + ("" if eager else f" on the same {st['kernels']} path") + ", pooled [95 % CI] and each run)")
+            + ("" if eager else f" on the same {path_name(st)} path") + ", pooled [95 % CI] and each run)")
     return f"| {what} | {result['machine']['cpu_kind']} | {' — '.join(parts)} | `{result['command']}` |"
 
 

@@ -121,6 +121,29 @@ def test_table_prints_intervals_only_from_enough_prompts():
     assert "no interval from fewer than 20 prompts" in few and "[" not in few.split("\n")[2]
 
 
+def test_same_text_counts_greedy_runs_that_wrote_naive_decodings_tokens():
+    result = fake_result(20)
+    head = next(rec for rec in result["runs"][1]["records"] if rec["config"] == "head γ=3 T=0" and rec["prompt"] == 4)
+    head["tokens"] = [1] * 10
+    s = speed.summary(result)
+    assert s["head γ=3 T=0"]["same_text"] == (39, 40) and s["draft γ=1 T=0"]["same_text"] == (40, 40)
+    assert "same_text" not in s["head γ=3 T=1"], "sampled texts differ by design"
+    assert "texts naive decoding's" not in speed.readme_row(result), "an fp32 path: identical by the exactness tests"
+    result["settings"]["dtype"] = "bf16"
+    row = speed.readme_row(result)
+    assert "head γ = 3: " in row and "(39 of 40 texts naive decoding's)" in row
+    assert "the bf16 eager path" in speed.markdown_table(result)
+
+
+def test_bf16_is_refused_where_the_cpu_would_emulate_it(monkeypatch):
+    with pytest.raises(ValueError, match="unknown dtype 'fp16'"):
+        speed.check_dtype("fp16")
+    monkeypatch.setattr(speed, "fast_bf16", lambda device: False)
+    with pytest.raises(ValueError, match="no bf16 instructions"):
+        speed.load("eager", "bf16")
+    speed.check_dtype("fp32")
+
+
 def test_readme_holds_the_rendered_row_of_every_committed_speed_file():
     files = sorted(RESULTS.glob("speed-*.json"))
     assert files, "no committed speed-<cpu>.json"
