@@ -33,9 +33,10 @@ from transformers import DynamicCache, PreTrainedModel
 
 from helpers.data import ARTICLE_PROMPTS, PROMPTS, read_prompts, write_json
 from helpers.decoding import naive
-from helpers.heads import DraftHead, load_head
+from helpers.heads import DraftHead
+from helpers.kernels import KERNELS
 from helpers.machine import machine_info
-from helpers.models import load_pair
+from helpers.speed import DTYPES, load, path_name
 from helpers.timing import ForwardStep, interleaved, median
 
 
@@ -331,26 +332,33 @@ def markdown_table(result: dict) -> str:
 
 def main(argv: Sequence[str] | None = None) -> dict:
     """``python -m helpers.trees``: chains and trees of the committed head on the article's and the held-out
-    prompts (notebook 07's committed measurement)."""
+    prompts (notebook 07's committed measurement); ``--kernels``/``--dtype`` choose the execution path of the
+    expert and the head (:mod:`helpers.kernels`; bf16 only where the CPU has bf16 instructions), and every cost
+    is in steps of the expert on that same path."""
     parser = argparse.ArgumentParser(prog="python -m helpers.trees", description=main.__doc__.split("\n")[0])
     parser.add_argument("--n-prompts", type=int, default=None, help="the first N of the 65 prompts (default all)")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=30, help="interleaved timing rounds (default 30)")
     parser.add_argument("--out", type=Path, default=Path("output/trees.json"))
+    parser.add_argument("--kernels", choices=KERNELS, default="eager", help="the models' execution path")
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default="fp32", help="the models' weights")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
-    pair = load_pair("pocket")
-    head = load_head(pair.expert)
+    try:
+        pair, head = load(args.kernels, args.dtype)
+    except ValueError as error:
+        parser.error(str(error))
     texts = read_prompts(ARTICLE_PROMPTS) + read_prompts(PROMPTS)
     if args.n_prompts is not None and not 1 <= args.n_prompts <= len(texts):
         parser.error(f"--n-prompts must be in 1..{len(texts)}")
     prompts = [pair.encode(text) for text in texts[:args.n_prompts]]
     result = measure(pair.expert, head, prompts, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
                      progress=not args.no_progress)
-    result |= {"command": shlex.join(["python", "-m", "helpers.trees", *(argv if argv is not None else sys.argv[1:])]),
+    result |= {"settings": {"kernels": args.kernels, "dtype": args.dtype},
+               "command": shlex.join(["python", "-m", "helpers.trees", *(argv if argv is not None else sys.argv[1:])]),
                "machine": machine_info(pair.expert.device),
                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    print(markdown_table(result))
+    print(f"{path_name(result['settings'])} path\n{markdown_table(result)}")
     print(f"written to {write_json(result, args.out)}")
     return result
 

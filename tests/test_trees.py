@@ -10,6 +10,7 @@ import torch
 from conftest import random_head, tiny_llama
 from transformers import DynamicCache
 
+from helpers import speed
 from helpers.decoding import naive
 from helpers.heads import head_speculative
 from helpers.trees import (
@@ -19,9 +20,11 @@ from helpers.trees import (
     accepted_depth,
     accepted_path,
     draft_tree,
+    main,
     markdown_table,
     measure,
     tree_attention,
+    tree_inputs,
     tree_rounds,
 )
 
@@ -161,3 +164,16 @@ def test_measure_reports_every_shape(expert, head, one_thread):
         assert len(row["tokens_per_call_by_prompt"]) == 2
         assert all(0 < row[key] < math.inf for key in ("draft_cost", "r_tree", "explained_speedup"))
     assert "| chain γ=2 | 2 |" in markdown_table(result)
+
+
+def test_the_mask_follows_the_experts_dtype():
+    mask, positions = tree_inputs([-1, 0, -1], prefix=2, dtype=torch.bfloat16)
+    assert mask.dtype == torch.bfloat16 and mask.shape == (1, 1, 4, 6)
+    assert mask.min() == torch.finfo(torch.bfloat16).min and positions.tolist() == [[2, 3, 4, 3]]
+
+
+def test_main_refuses_bf16_where_the_cpu_would_emulate_it(monkeypatch, capsys):
+    monkeypatch.setattr(speed, "fast_bf16", lambda device: False)
+    with pytest.raises(SystemExit):
+        main(["--dtype", "bf16", "--out", "unused.json"])
+    assert "no bf16 instructions" in capsys.readouterr().err
