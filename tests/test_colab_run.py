@@ -43,7 +43,7 @@ RUNS = {
                                       "EVAL_TOKENS": 8},
     "06_beyond.ipynb": {"MAX_NEW_TOKENS": 8, "REPEATS": 1, "SELF_DRAFT_DTYPE": "float32"},
     "07_draft_heads.ipynb": {"N_PROMPTS": 2, "MAX_NEW_TOKENS": 8, "TRAIN_PROMPTS": 8, "TRAIN_EPOCHS": 1.0},
-    "08_both_at_once.ipynb": {"PROMPT": 7, "MAX_NEW_TOKENS": 6, "GAMMA": 2, "BETA_CD": 1.0},
+    "08_both_at_once.ipynb": {"REQUEST": 7, "MAX_NEW_TOKENS": 6, "GAMMA": 2, "BETA_CD": 1.0},
 }
 """Every notebook once more, with a second, small parameter set (nbval runs the committed one): the asserts must
 hold, or refuse a parameter clearly, for the values a learner is invited to try. 06 also plays a CPU without fast
