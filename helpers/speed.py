@@ -15,7 +15,10 @@ prompts with a few tokens):
    dynamic length (up to 6, stopping below confidence 0.4), greedy and at temperature 1; each drafter's fastest
    γ per temperature, by time per token relative to naive decoding;
 3. **evaluation** (``--runs`` separate processes): on the evaluation split (the even lines, never used to choose),
-   naive decoding and both drafters at their selected γ, greedy and at temperature 1.
+   naive decoding and both drafters at their selected γ, greedy and at temperature 1; on any other path than fp32
+   eager also greedy naive decoding with the fp32 eager expert (:data:`REFERENCE`) in the same shuffled rounds, so
+   that a path's speedup over the tutorial's expert is measured, not pieced together from runs at other times
+   (this VM's speed drifts between sessions by more than the paths differ).
 
 :func:`summary` turns the file into what README and notebooks print: per drafter and temperature the speedup of
 every run, pooled, and their spread; α, α by depth, the share kept, tokens per expert call; the speedup that the
@@ -61,6 +64,8 @@ DYNAMIC_MAX, CONFIDENCE = 6, 0.4
 TEMPERATURES = (0.0, 1.0)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 """The models' weights: fp32 (the tutorial's expert) or bf16 (a different expert, :mod:`helpers.kernels`)."""
+REFERENCE = "naive T=0 fp32 eager"
+"""The configuration name of greedy naive decoding with the fp32 eager expert, timed beside another path's."""
 CONTEXT_EXTRA = (0, 32, 64)
 MAX_TOKENS_PER_PASS = 16
 DEFAULTS = {"cost_prompts": 10, "cost_repeats": 3, "select_prompts": 10, "select_tokens": 32, "eval_prompts": 20,
@@ -169,8 +174,10 @@ def select(records: Sequence[dict]) -> dict[str, dict[str, int | str]]:
     return chosen
 
 
-def evaluation_configs(pair: Pair, head: DraftHead, chosen: dict, max_new_tokens: int) -> dict[str, Decoder]:
-    configs = {}
+def evaluation_configs(pair: Pair, head: DraftHead, chosen: dict, max_new_tokens: int,
+                       reference: Pair | None = None) -> dict[str, Decoder]:
+    """Phase 3's configurations; with ``reference`` (the fp32 eager pair) also :data:`REFERENCE`."""
+    configs = {} if reference is None else {REFERENCE: decoder(reference, head, "naive", 0, 0.0, max_new_tokens)}
     for temperature in TEMPERATURES:
         configs[config_name("naive", 0, temperature)] = decoder(pair, head, "naive", 0, temperature, max_new_tokens)
         for drafter, gamma in chosen[f"T={temperature:g}"].items():
@@ -211,7 +218,8 @@ def evaluate_run(out: Path, run: int) -> None:
     result = json.loads(out.read_text())
     s = result["settings"]
     pair, head = load(s.get("kernels", "eager"), s.get("dtype", "fp32"))
-    configs = evaluation_configs(pair, head, result["selected"], s["max_new_tokens"])
+    reference = None if path_name(s) == "fp32 eager" else load("eager")[0]
+    configs = evaluation_configs(pair, head, result["selected"], s["max_new_tokens"], reference)
     started = time.time()
     records = timed_runs(configs, encoded(pair, result["evaluation_prompts"]), rounds=s["rounds"], seed=1000 + run)
     result.setdefault("runs", []).append({"run": run, "seconds": time.time() - started, "records": records})
@@ -310,8 +318,33 @@ def summary(result: dict) -> dict:
             if temperature == 0:
                 same = [same_text(records, base, name) for records in runs]
                 entry["same_text"] = (sum(k for k, _ in same), sum(n for _, n in same))
+                if measured_reference(runs):
+                    entry["versus_reference"] = across_runs(runs, REFERENCE, name) if enough else None
             out[name] = entry
+    if measured_reference(runs):
+        base = config_name("naive", 0, 0.0)
+        out[base] = {"versus_reference": across_runs(runs, REFERENCE, base) if out["prompts"] >= MIN_PROMPTS else None}
     return out
+
+
+def measured_reference(runs: Sequence[Sequence[dict]]) -> bool:
+    """Whether every run timed :data:`REFERENCE` (files recorded before it existed did not)."""
+    return bool(runs) and all(any(rec["config"] == REFERENCE for rec in records) for records in runs)
+
+
+def reference_text(s: dict) -> str:
+    """Greedy, against naive decoding with the fp32 eager expert in the same rounds: ``naive 2.1× [...]; head …``
+    (empty where the file has no :data:`REFERENCE`)."""
+    names = [config_name("naive", 0, 0.0)] + [config_name(d, g, 0.0) for d, g in s["selected"]["T=0"].items()]
+    if not all("versus_reference" in s.get(name, {}) for name in names):
+        return ""
+    cells = []
+    for name in names:
+        versus = s[name]["versus_reference"]
+        label = name.removesuffix(" T=0")
+        cells.append(f"{label} {versus['pooled'].mean:.2f}× [{versus['pooled'].low:.2f}, {versus['pooled'].high:.2f}]"
+                     if versus else f"{label} (no interval from fewer than {MIN_PROMPTS} prompts)")
+    return "greedy, over naive decoding with the fp32 eager expert in the same rounds: " + "; ".join(cells)
 
 
 def speedup_text(entry: dict) -> str:
@@ -354,6 +387,8 @@ def markdown_table(result: dict) -> str:
               f"- {result['machine']['cpu_kind']}, {result['machine']['threads']} threads"
               + ("" if path_name(st) == "fp32 eager" else f", the {path_name(st)} path (helpers.kernels)")
               + f"; `{result['command']}`"]
+    if reference_text(s):
+        lines.append(f"- {reference_text(s)}")
     return "\n".join(lines)
 
 
@@ -380,6 +415,8 @@ def readme_row(result: dict) -> str:
             f"requests, chat template, EOS on, up to {st['max_new_tokens']} tokens, {st['rounds']} shuffled rounds × "
             f"{runs}; γ selected on {len(result['selection_prompts'])} other requests; speedup over naive decoding"
             + ("" if eager else f" on the same {path_name(st)} path") + ", pooled [95 % CI] and each run)")
+    if reference_text(s):
+        parts.append(reference_text(s))
     return f"| {what} | {result['machine']['cpu_kind']} | {' — '.join(parts)} | `{result['command']}` |"
 
 

@@ -150,3 +150,22 @@ def test_readme_holds_the_rendered_row_of_every_committed_speed_file():
     readme = (RESULTS.parent.parent / "README.md").read_text()
     for path in files:
         assert speed.readme_row(json.loads(path.read_text())) in readme, f"README: render {path.name}'s row again"
+
+
+def test_another_path_is_also_timed_against_the_fp32_eager_expert_in_the_same_rounds(tiny_text_pair):
+    result = fake_result(20)
+    assert "versus_reference" not in speed.summary(result)["head γ=3 T=0"] and "fp32 eager expert" not in \
+        speed.readme_row(result), "files without the reference print nothing for it"
+    for run in result["runs"]:
+        run["records"] += [{**rec, "config": speed.REFERENCE, "seconds": 3 * rec["seconds"]}
+                           for rec in run["records"] if rec["config"] == "naive T=0"]
+    s = speed.summary(result)
+    assert s["naive T=0"]["versus_reference"]["pooled"].mean == pytest.approx(3.0)
+    assert s["head γ=3 T=0"]["versus_reference"]["per_run"][0].mean == pytest.approx(6.0), "3 × the head's 2.0×"
+    row = speed.readme_row(result)
+    assert "over naive decoding with the fp32 eager expert in the same rounds: naive 3.00× [" in row
+    assert "head γ=3 " in row and "fp32 eager expert" in speed.markdown_table(result)
+    head = random_head(tiny_text_pair.expert)
+    configs = speed.evaluation_configs(tiny_text_pair, head, result["selected"], 4, reference=tiny_text_pair)
+    assert speed.REFERENCE in configs and len(configs) == 7, "the reference beside naive + 2 drafters × 2 temperatures"
+    assert speed.REFERENCE not in speed.evaluation_configs(tiny_text_pair, head, result["selected"], 4)
