@@ -320,6 +320,16 @@ def measure(expert: PreTrainedModel, head: DraftHead, prompts: Sequence[torch.Te
                     "(simulated: no tree decoder); draft_cost and r_tree in expert 1-token steps"}
 
 
+def explained_by_prompt(result: dict, row: dict) -> list[float]:
+    """Each prompt's explained speedup n / (1 + (calls - 1)(draft cost + r_tree)) for one row of :func:`measure`,
+    with the timed costs held fixed (they come from one prompt): what the shape's tokens per call buy, prompt by
+    prompt, for a paired interval between two shapes. Every continuation has ``max_new_tokens`` tokens (greedy, no
+    EOS), so a prompt's expert calls are n / its tokens per call, and the row's pooled ``explained_speedup`` is
+    their harmonic mean."""
+    n, step = result["max_new_tokens"], row["draft_cost"] + row["r_tree"]
+    return [n / (1 + (n / tokens - 1) * step) for tokens in row["tokens_per_call_by_prompt"]]
+
+
 def markdown_table(result: dict) -> str:
     """The measurement as a Markdown table, chains first."""
     lines = ["| draft | nodes | tokens / expert call | draft cost per round | r_tree | explained speedup |",

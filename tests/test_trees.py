@@ -20,6 +20,7 @@ from helpers.trees import (
     accepted_depth,
     accepted_path,
     draft_tree,
+    explained_by_prompt,
     main,
     markdown_table,
     measure,
@@ -164,6 +165,9 @@ def test_measure_reports_every_shape(expert, head, one_thread):
         assert len(row["tokens_per_call_by_prompt"]) == 2
         assert all(0 < row[key] < math.inf for key in ("draft_cost", "r_tree", "explained_speedup"))
     assert "| chain γ=2 | 2 |" in markdown_table(result)
+    for row in result["rows"]:
+        by_prompt = explained_by_prompt(result, row)
+        assert len(by_prompt) == 2 and 2 / sum(1 / e for e in by_prompt) == pytest.approx(row["explained_speedup"])
 
 
 def test_the_mask_follows_the_experts_dtype():
