@@ -42,12 +42,12 @@ from helpers.decoding import (
     speculative,
     speculative_contrastive,
 )
-from helpers.heads import DraftHead, head_speculative, load_head
+from helpers.heads import DraftHead, HeadStep, head_speculative, load_head
 from helpers.machine import machine_info
 from helpers.metrics import token_nll
 from helpers.models import Pair, load_pair
 from helpers.protocol import MIN_PROMPTS, depth_acceptance, round_counts, speedup, timed_runs
-from helpers.timing import cost_ratios
+from helpers.timing import ForwardStep, cost_ratios, drafter_costs
 
 CD = {"beta": 0.5, "alpha": 0.1}
 """O'Brien & Lewis's β and α_CD, for both CD and SCD."""
@@ -128,6 +128,23 @@ def costs(pair: Pair, prompts: Sequence[torch.Tensor], gamma: int, repeats: int)
     return {"c": cs, "r": rs}
 
 
+def head_costs(pair: Pair, head: DraftHead, prompts: Sequence[torch.Tensor], gamma: int,
+               repeats: int) -> dict[str, list[float]]:
+    """The cost model of SCD with the head drafting, per prompt, each over an expert step and timed together
+    (interleaved): ``c_head`` (a head step), ``r`` (an expert pass over γ + 1 tokens), ``contrast_pass`` (the
+    amateur's one pass over the γ + 1 judged positions, which supplies the contrast) and ``c`` (an amateur step,
+    for plain CD's cost 1 + c). A round costs γ·c_head + r(γ) + contrast_pass expert steps."""
+    out: dict[str, list[float]] = {"c_head": [], "r": [], "contrast_pass": [], "c": []}
+    for ids in prompts:
+        steps = {"head": HeadStep(head, pair.expert, ids), "contrast": ForwardStep(pair.amateur, ids, gamma + 1),
+                 "amateur": ForwardStep(pair.amateur, ids, 1)}
+        c, r = drafter_costs(pair.expert, ids, steps, [gamma], repeats)
+        for key, value in (("c_head", c["head"]), ("r", r[gamma]), ("contrast_pass", c["contrast"]),
+                           ("c", c["amateur"])):
+            out[key].append(value)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -141,6 +158,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--cost-repeats", type=int, default=5)
     parser.add_argument("--only-costs", action="store_true",
                         help="re-measure only c and r(γ) into an existing --out file (on an otherwise idle machine)")
+    parser.add_argument("--head-costs", action="store_true",
+                        help="measure the head's round costs (head_costs) at --head-gamma into an existing --out file")
     parser.add_argument("--rescore", action="store_true",
                         help="only add the expert's per-token NLL of the greedy and CD texts to an existing --out file")
     parser.add_argument("--retime", type=lambda text: [int(i) for i in text.split(",")], default=None,
@@ -156,6 +175,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         result = json.loads(args.out.read_text())
         result["nll"] = likelihoods(pair, prompts, result["runs"])
         result["rescore_command"], result["rescore_machine"] = command, machine_info(pair.device)
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        return
+    if args.head_costs:
+        result = json.loads(args.out.read_text())
+        result["head_costs"] = head_costs(pair, head, prompts, result["settings"]["head_gamma"], args.cost_repeats)
+        result["head_costs_command"], result["head_costs_machine"] = command, machine_info(pair.device)
         args.out.write_text(json.dumps(result, indent=1) + "\n")
         return
     if args.only_costs:
@@ -233,15 +258,25 @@ def summary(result: dict) -> dict:
              for name in ("CD", "greedy") for i in range(n_prompts)]  # compared as notebook 04 compares methods
     quality = {metric: paired_difference(texts, "CD", "greedy", metric, fixed_length=True)
                for metric in ("diversity", "rep-2", "distinct-2", "mean NLL")}
+    predicted = {"SCD vs greedy": per_call / round_cost, "SCD vs CD": per_call * (1 + c) / round_cost,
+                 "CD vs greedy": 1 / (1 + c)}
+    head = None
+    if "head_costs" in result:  # measured later, in its own interleaved run: c there is that run's
+        head = {key: float(np.median(values)) for key, values in result["head_costs"].items()}
+        head["gamma"] = result["settings"]["head_gamma"]
+        head_runs = [r for r in runs if r["config"] == "SCD, head"]
+        head["tokens_per_call"] = sum(len(r["tokens"]) for r in head_runs) / sum(r["expert_calls"] for r in head_runs)
+        head_round = head["gamma"] * head["c_head"] + head["r"] + head["contrast_pass"]
+        predicted |= {"SCD, head vs greedy": head["tokens_per_call"] / head_round,
+                      "SCD, head vs CD": head["tokens_per_call"] * (1 + head["c"]) / head_round}
     return {
         "prompts": n_prompts,
         "scd_equals_cd": identical["SCD"], "scd_head_equals_cd": identical["SCD, head"],
         "speedup": {"SCD vs CD": speedup(runs, "CD", "SCD"), "SCD vs greedy": speedup(runs, "greedy", "SCD"),
                     "CD vs greedy": speedup(runs, "greedy", "CD"), "SCD, head vs CD": speedup(runs, "CD", "SCD, head"),
                     "SCD, head vs greedy": speedup(runs, "greedy", "SCD, head")},
-        "tokens_per_call": per_call, "c": c, "r": r_gamma,
-        "predicted": {"SCD vs greedy": per_call / round_cost, "SCD vs CD": per_call * (1 + c) / round_cost,
-                      "CD vs greedy": 1 / (1 + c)},
+        "tokens_per_call": per_call, "c": c, "r": r_gamma, "head": head,
+        "predicted": predicted,
         "quality": quality,
     }
 

@@ -51,6 +51,21 @@ def test_summary_pairs_by_prompt_and_predicts_from_the_cost_model():
     assert s["quality"]["diversity"].mean == pytest.approx(0.0)
 
 
+def test_the_heads_rows_get_the_cost_model_once_its_costs_are_measured(tiny_text_pair):
+    result = fake_result(20)
+    assert "SCD, head vs greedy" not in scd.summary(result)["predicted"] and scd.summary(result)["head"] is None
+    result["settings"]["head_gamma"] = 3
+    result["head_costs"] = {"c_head": [0.1] * 20, "r": [1.2] * 20, "contrast_pass": [0.3] * 20, "c": [0.25] * 20}
+    s = scd.summary(result)
+    head_round = 3 * 0.1 + 1.2 + 0.3  # γ head steps, one verification pass, the amateur's contrast pass
+    assert s["head"]["tokens_per_call"] == pytest.approx(1.0), "the fake head run: 10 tokens in 10 expert calls"
+    assert s["predicted"]["SCD, head vs greedy"] == pytest.approx(1.0 / head_round)
+    assert s["predicted"]["SCD, head vs CD"] == pytest.approx(1.25 / head_round), "CD's 1 + c from the same run"
+    head = random_head(tiny_text_pair.expert)
+    costs = scd.head_costs(tiny_text_pair, head, [torch.tensor([[2, 3, 4, 5]])], gamma=2, repeats=2)
+    assert set(costs) == {"c_head", "r", "contrast_pass", "c"} and all(len(v) == 1 and v[0] > 0 for v in costs.values())
+
+
 def test_likelihoods_score_each_texts_tokens_under_the_expert(tiny_text_pair):
     prompts = [torch.tensor([[1, 2, 3]]), torch.tensor([[4, 5]])]
     runs = [{"prompt": i, "config": name, "tokens": tokens} for i in range(2)
