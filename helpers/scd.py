@@ -155,6 +155,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--head-gamma", type=int, default=3,
                         help="the head's γ in the timed runs, and both drafters' γ in the acceptance runs")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--temperature", type=float, default=0.0,
+                        help="of the timed runs (0: greedy; > 0: every method samples, seeded per run, and the "
+                             "acceptance runs, already at T = 1 in the greedy file, are skipped)")
     parser.add_argument("--cost-repeats", type=int, default=5)
     parser.add_argument("--only-costs", action="store_true",
                         help="re-measure only c and r(γ) into an existing --out file (on an otherwise idle machine)")
@@ -189,16 +192,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         result["costs_command"] = command
         args.out.write_text(json.dumps(result, indent=1) + "\n")
         return
-    n, eos = args.max_new_tokens, pair.eos_token_id
+    if args.temperature < 0:
+        parser.error(f"--temperature must be >= 0, got {args.temperature}")
+    n, eos, t = args.max_new_tokens, pair.eos_token_id, args.temperature
+
+    def seeded(seed: int) -> dict:  # the keyword arguments every method shares; a generator only where it samples
+        generator = torch.Generator().manual_seed(seed) if t > 0 else None
+        return {"max_new_tokens": n, "temperature": t, "eos_token_id": eos, "generator": generator}
+
     configs = {
-        "greedy": lambda ids, _: naive(pair.expert, ids, max_new_tokens=n, temperature=0, eos_token_id=eos),
-        "CD": lambda ids, _: contrastive_sample(pair.expert, pair.amateur, ids, max_new_tokens=n, temperature=0,
-                                                eos_token_id=eos, **CD),
-        "SCD": lambda ids, _: speculative_contrastive(pair.expert, pair.amateur, ids, max_new_tokens=n, temperature=0,
-                                                      gamma=args.gamma, eos_token_id=eos, **CD),
-        "SCD, head": lambda ids, _: speculative_contrastive(pair.expert, pair.amateur, ids, max_new_tokens=n,
-                                                            temperature=0, gamma=args.head_gamma, eos_token_id=eos,
-                                                            head=head, **CD),
+        "greedy": lambda ids, seed: naive(pair.expert, ids, **seeded(seed)),
+        "CD": lambda ids, seed: contrastive_sample(pair.expert, pair.amateur, ids, **seeded(seed), **CD),
+        "SCD": lambda ids, seed: speculative_contrastive(pair.expert, pair.amateur, ids, gamma=args.gamma,
+                                                         **seeded(seed), **CD),
+        "SCD, head": lambda ids, seed: speculative_contrastive(pair.expert, pair.amateur, ids, gamma=args.head_gamma,
+                                                               head=head, **seeded(seed), **CD),
     }
     if args.retime is not None:
         result = json.loads(args.out.read_text())
@@ -217,7 +225,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "machine": machine_info(pair.device),
         "prompts": texts,
     }
-    result["acceptance"] = acceptance(pair, head, prompts, gamma=args.head_gamma, max_new_tokens=args.acceptance_tokens)
+    if t == 0:
+        result["acceptance"] = acceptance(pair, head, prompts, gamma=args.head_gamma,
+                                          max_new_tokens=args.acceptance_tokens)
     result["costs"] = costs(pair, prompts, args.gamma, args.cost_repeats)
     result["runs"] = timed_runs(configs, prompts, rounds=args.rounds)
     result["decoded"] = {name: [pair.decode(next(r["tokens"] for r in result["runs"]
@@ -279,6 +289,39 @@ def summary(result: dict) -> dict:
         "predicted": predicted,
         "quality": quality,
     }
+
+
+def speed_table(result: dict) -> str:
+    """Notebook 08's table: every comparison's measured speedup with its interval, and the cost model's explained
+    speedup where the file holds the costs it needs."""
+    s = summary(result)
+    st = result["settings"]
+    t = st.get("temperature", 0.0)  # files recorded before --temperature existed are greedy
+    at = "" if t == 0 else f", T = {t:g}"
+    labels = {"SCD": f"SCD (draft, γ = {st['gamma']}{at})", "SCD, head": f"SCD (head, γ = {st['head_gamma']}{at})",
+              "CD": f"CD (β_CD = {st['cd']['beta']}{at})",
+              "greedy": "greedy" if t == 0 else f"naive sampling (T = {t:g})"}
+    rows = ["| comparison | measured speedup [95 % interval] | explained by the cost model |", "|---|---|---:|"]
+    for name, interval in s["speedup"].items():
+        fast, slow = name.split(" vs ")
+        explained = s["predicted"].get(name)
+        rows.append(f"| {labels[fast]} vs {labels[slow]} | {interval.mean:.2f}× [{interval.low:.2f}, "
+                    f"{interval.high:.2f}] | " + (f"{explained:.2f}× |" if explained is not None else "– |"))
+    return "\n".join(rows)
+
+
+def costs_text(result: dict) -> str:
+    """The costs behind :func:`speed_table`'s explained column, a line per drafter (the head's where measured)."""
+    s, st = summary(result), result["settings"]
+    text = (f"{s['tokens_per_call']:.2f} tokens per expert call (all SCD tokens / all its expert calls); c = "
+            f"{s['c']:.3f}, r({st['gamma']}) = {s['r']:.2f} (medians over the requests)")
+    if s["head"]:  # the head's round cost, timed later in its own interleaved run on the same requests
+        h, gh = s["head"], st["head_gamma"]
+        text += (f"\nhead rows: {h['tokens_per_call']:.2f} tokens per expert call; c_head = {h['c_head']:.3f}, "
+                 f"r({gh}) = {h['r']:.2f}, the amateur's contrast pass over {gh + 1} positions "
+                 f"{h['contrast_pass']:.2f}, c = {h['c']:.3f} (medians; {result['head_costs_machine']['cpu_kind']}, "
+                 f"`{result['head_costs_command']}`)")
+    return text
 
 
 if __name__ == "__main__":

@@ -392,6 +392,22 @@ def markdown_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def notebooks_reading(result: dict) -> str:
+    """``"notebooks 04, 05, 07"``: the numbered notebooks whose parameters cell names this result's file (from its
+    recorded ``--out``), for the README row; ``""`` where none does (or no notebooks are at hand)."""
+    name = Path(result["command"].split("--out", 1)[1].split()[0]).name if "--out" in result["command"] else None
+    readers = []
+    for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        parameters = "".join(next((c["source"] for c in cells if "parameters" in c["metadata"].get("tags", [])), []))
+        if name and f'"{name}"' in parameters:
+            readers.append(path.name[:2])
+    return f"notebook{'s' if len(readers) > 1 else ''} {', '.join(readers)}" if readers else ""
+
+
 def readme_row(result: dict) -> str:
     """The README's row for this result file (a test checks that the README holds it verbatim)."""
     s = summary(result)
@@ -409,9 +425,10 @@ def readme_row(result: dict) -> str:
                              for drafter, gamma in s["selected"][f"T={temperature:g}"].items())
         parts.append(f"{'greedy' if temperature == 0 else f'T = {temperature:g}'}: {drafters}")
     eager = path_name(st) == "fp32 eager"
-    where = "notebooks 05, 07" if eager else "notebook 04"
+    where = notebooks_reading(result)
     runs = f"{s['runs']} run{'s' if s['runs'] != 1 else ''}"
-    what = (f"**the distilled draft and the draft head, one protocol** ({where}; {s['prompts']} held-out chat "
+    what = (f"**the distilled draft and the draft head, one protocol** ({where + '; ' if where else ''}"
+            f"{s['prompts']} held-out chat "
             f"requests, chat template, EOS on, up to {st['max_new_tokens']} tokens, {st['rounds']} shuffled rounds × "
             f"{runs}; γ selected on {len(result['selection_prompts'])} other requests; speedup over naive decoding"
             + ("" if eager else f" on the same {path_name(st)} path") + ", pooled [95 % CI] and each run)")

@@ -61,6 +61,12 @@ def test_the_heads_rows_get_the_cost_model_once_its_costs_are_measured(tiny_text
     assert s["head"]["tokens_per_call"] == pytest.approx(1.0), "the fake head run: 10 tokens in 10 expert calls"
     assert s["predicted"]["SCD, head vs greedy"] == pytest.approx(1.0 / head_round)
     assert s["predicted"]["SCD, head vs CD"] == pytest.approx(1.25 / head_round), "CD's 1 + c from the same run"
+    table = scd.speed_table({**result, "settings": {**result["settings"], "cd": {"beta": 0.5}}})
+    assert "| SCD (head, γ = 3) vs greedy | 1.14× [" in table and table.count("× |") == 5, "every row explained"
+    sampled = scd.speed_table({**result, "settings": {**result["settings"], "cd": {"beta": 0.5}, "temperature": 1.0}})
+    assert "| CD (β_CD = 0.5, T = 1) vs naive sampling (T = 1) |" in sampled, "at T = 1 'greedy' is naive sampling"
+    text = scd.costs_text({**result, "head_costs_machine": {"cpu_kind": "a test CPU"}, "head_costs_command": "x"})
+    assert text.startswith("2.00 tokens per expert call") and "\nhead rows: 1.00 tokens" in text
     head = random_head(tiny_text_pair.expert)
     costs = scd.head_costs(tiny_text_pair, head, [torch.tensor([[2, 3, 4, 5]])], gamma=2, repeats=2)
     assert set(costs) == {"c_head", "r", "contrast_pass", "c"} and all(len(v) == 1 and v[0] > 0 for v in costs.values())

@@ -169,3 +169,11 @@ def test_another_path_is_also_timed_against_the_fp32_eager_expert_in_the_same_ro
     configs = speed.evaluation_configs(tiny_text_pair, head, result["selected"], 4, reference=tiny_text_pair)
     assert speed.REFERENCE in configs and len(configs) == 7, "the reference beside naive + 2 drafters × 2 temperatures"
     assert speed.REFERENCE not in speed.evaluation_configs(tiny_text_pair, head, result["selected"], 4)
+
+
+def test_the_readme_row_names_the_notebooks_that_read_the_file():
+    result = fake_result(20)
+    assert speed.notebooks_reading(result) == "", "x.json: no notebook reads it"
+    result["command"] = "python -m helpers.speed --out data/results/speed-epyc-avx512.json"
+    assert speed.notebooks_reading(result) == "notebooks 04, 05, 07"
+    assert "one protocol** (notebooks 04, 05, 07; 20 held-out" in speed.readme_row(result)
