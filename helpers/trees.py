@@ -8,12 +8,14 @@ from the root) are kept (:func:`draft_tree`). The expert checks the whole tree i
 each node attends to the prefix and to its own ancestors only (:func:`tree_attention`, :class:`TreeVerifyStep`),
 and greedy verification keeps the longest path that agrees with the expert's own choices.
 
-What this module measures, and what it does not build: a tree's *gain* is the number of tokens per expert call,
-``1 + accepted depth``; at temperature 0 the accepted depth is the longest root path whose tokens equal the
-expert's greedy continuation (:func:`accepted_depth`), which the benchmark of notebook 07 knows from one greedy
-run. Its *cost* is the head's expansion passes plus one expert pass over ``n_nodes + 1`` tokens with a tree mask,
-timed here. That is enough to decide whether a tree decoder would pay on a CPU before writing one (a full decoder
-also has to compact both KV caches to the accepted path after each round).
+Two ways to ask whether a tree pays. **Simulated** (:func:`measure`): a tree's *gain* is the number of tokens per
+expert call, ``1 + accepted depth``; at temperature 0 the accepted depth is the longest root path whose tokens
+equal the expert's greedy continuation (:func:`accepted_depth`), known from one greedy run. Its *cost* is the head's
+expansion passes plus one expert pass over ``n_nodes + 1`` tokens with a tree mask, timed on their own. That
+decides cheaply whether a tree decoder could pay on a CPU. **Decoded** (:func:`tree_speculative`, timed by
+:func:`decode_speed` with the speed protocol): the decoder itself, greedy, which after every round compacts the
+expert's KV cache to the accepted path (:func:`compact`) and hands the head the expert's features of exactly those
+positions (the head's own cache only ever holds true positions: :func:`draft_tree` crops its expansions).
 """
 
 from __future__ import annotations
@@ -31,12 +33,16 @@ import torch
 from tqdm.auto import tqdm
 from transformers import DynamicCache, PreTrainedModel
 
-from helpers.data import ARTICLE_PROMPTS, PROMPTS, read_prompts, write_json
-from helpers.decoding import naive
-from helpers.heads import DraftHead
+from helpers.compare import Interval
+from helpers.data import ARTICLE_PROMPTS, EVAL_PROMPTS, PROMPTS, read_prompts, write_json
+from helpers.decoding import EosIds, Generation, Stats, naive
+from helpers.decoding.core import _eos_set, check_inputs
+from helpers.heads import DraftHead, check_attached, head_speculative
 from helpers.kernels import KERNELS
 from helpers.machine import machine_info
-from helpers.speed import DTYPES, load, path_name
+from helpers.models import Pair
+from helpers.protocol import MIN_PROMPTS, Decoder, mean_speedup, speedup, timed_runs
+from helpers.speed import DTYPES, load, notebooks_reading, path_name, same_text, split
 from helpers.timing import ForwardStep, interleaved, median
 
 
@@ -216,7 +222,7 @@ def tree_inputs(parents: Sequence[int], prefix: int, dtype: torch.dtype = torch.
     return mask[None, None], (prefix + depth)[None]
 
 
-# ------------------------------------------------------------------------------------------ measurement
+# ------------------------------------------------------------------------------------------ the decoder
 @dataclass(frozen=True)
 class TreeShape:
     """A draft of ``n_nodes`` nodes: ``top_k`` children per expanded node, at most ``depth`` levels (top_k = 1 and
@@ -237,6 +243,90 @@ SHAPES = (TreeShape(2, 1, 2), TreeShape(3, 1, 3), TreeShape(4, 1, 4), TreeShape(
           TreeShape(8, 4, 4), TreeShape(12, 4, 5), TreeShape(16, 4, 6))
 """Notebook 07's chains and trees of 4-16 nodes (EAGLE-2 itself drafts 60 nodes, top-10, depth 6, on a GPU)."""
 
+
+@dataclass
+class TreeRound:
+    """One round of :func:`tree_speculative`: the tree the head drafted, the nodes the expert kept (a root path,
+    from depth 1 down) and the tokens the round adds (the kept nodes' tokens, then the expert's own token)."""
+
+    tree: DraftTree
+    path: list[int]
+    emitted: list[int]
+
+
+def compact(cache: DynamicCache, keep: torch.Tensor) -> None:
+    """Keep only the cached positions ``keep`` (ascending indices) in every layer of ``cache``: after a tree pass,
+    the prefix, the root and the accepted path, whose keys were computed at exactly the positions they now hold
+    (a node at depth k sits at position prefix + k, and the accepted path is one node per depth)."""
+    for layer in cache.layers:
+        layer.keys = layer.keys[:, :, keep]
+        layer.values = layer.values[:, :, keep]
+
+
+@torch.no_grad()
+def tree_speculative(expert: PreTrainedModel, head: DraftHead, input_ids: torch.Tensor, *, max_new_tokens: int,
+                     shape: TreeShape, eos_token_id: EosIds = None) -> Generation:
+    """Greedy speculative decoding with EAGLE-2's draft trees (Li et al. 2024, Sec. 4): the head drafts a tree
+    (:func:`draft_tree`), the expert scores the root and every node in **one** pass under the tree mask
+    (:func:`tree_inputs`), and greedy verification walks down from the root while the expert's own choice after a
+    node is one of its children. The round adds the walked nodes' tokens and the expert's choice after the last
+    one, so every emitted token is the expert's argmax after its own prefix: the output is greedy decoding's (in
+    exact arithmetic; in floating point a tree pass and a 1-token step can round a near-tie apart, as for chains).
+    The expert's cache is then compacted to prefix + root + walked path (:func:`compact`), and the features of
+    those positions, from the same pass, are what the head reads next round. The first call reads the prompt and
+    drafts nothing, as in :func:`helpers.heads.head_speculative`; ``shape = TreeShape(γ, 1, γ)`` is its chain.
+    Greedy only: sampling from a tree needs a recursive rejection rule over siblings (SpecInfer, EAGLE-2), not
+    built here. ``stats.amateur_calls`` counts head passes, ``trace`` holds a :class:`TreeRound` per round."""
+    check_inputs([expert], input_ids, max_new_tokens, temperature=0.0, rollback=True)
+    check_attached(head, expert)
+    _check_tree_args(shape.n_nodes, shape.top_k, shape.depth)
+    eos = _eos_set(eos_token_id)
+    stats, trace = Stats(), []
+    if max_new_tokens == 0:
+        return Generation([], stats, trace)
+    keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(expert.forward).parameters else {}
+    cache = DynamicCache(config=expert.config)
+    out = expert(input_ids, past_key_values=cache, use_cache=True, output_hidden_states=True, **keep)
+    stats.expert_calls = 1
+    features = out.hidden_states[-1][0]
+    new = [int(out.logits[0, -1].argmax())]
+    tokens = torch.cat([input_ids[0], input_ids.new_tensor(new)])
+    head_cache = DynamicCache(config=head.config)
+    while len(new) < max_new_tokens and new[-1] not in eos:
+        tree = draft_tree(head, features, tokens, head_cache, n_nodes=shape.n_nodes, top_k=shape.top_k,
+                          depth=shape.depth)
+        stats.amateur_calls += shape.depth  # one pass reads the new features, depth - 1 expand the tree
+        prefix = cache.get_seq_length()
+        mask, positions = tree_inputs(tree.parents, prefix, dtype=expert.dtype)
+        ids = input_ids.new_tensor([[int(tokens[-1]), *tree.tokens]])
+        out = expert(ids, attention_mask=mask.to(ids.device), position_ids=positions.to(ids.device),
+                     past_key_values=cache, use_cache=True, output_hidden_states=True)
+        stats.expert_calls += 1
+        choices = out.logits[0].argmax(dim=-1).tolist()  # the expert's token after the root and after every node
+        children = {(parent, token): i for i, (parent, token) in enumerate(zip(tree.parents, tree.tokens,
+                                                                               strict=True))}
+        path: list[int] = []
+        emitted: list[int] = []
+        node = -1
+        while True:
+            emitted.append(choices[node + 1])
+            if emitted[-1] in eos or len(new) + len(emitted) == max_new_tokens or (node, emitted[-1]) not in children:
+                break
+            node = children[node, emitted[-1]]
+            path.append(node)
+        rows = torch.tensor([0, *(i + 1 for i in path)], device=ids.device)
+        compact(cache, torch.cat([torch.arange(prefix, device=ids.device), prefix + rows]))
+        features = torch.cat([features, out.hidden_states[-1][0, rows]])
+        tokens = torch.cat([tokens, tokens.new_tensor(emitted)])
+        new += emitted
+        stats.proposed += len(tree)
+        stats.accepted += len(path)
+        stats.accepted_per_iteration.append(len(path))
+        trace.append(TreeRound(tree, path, emitted))
+    return Generation(new, stats, trace)
+
+
+# ------------------------------------------------------------------------------------------ measurement
 
 def _features(expert: PreTrainedModel, ids: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
@@ -340,38 +430,179 @@ def markdown_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------------- the decoder, timed
+DECODE_SHAPES = (TreeShape(4, 2, 3), TreeShape(8, 2, 4))
+"""The trees :func:`decode_speed` times: the best tree of the committed bf16 simulation on the AMD EPYC and the
+next larger one (chosen on the article's and the tutorial's raw prompts, not on the requests it is timed on)."""
+DECODE_CHAINS = (1, 3)
+"""The head's chains it times beside them (:func:`helpers.heads.head_speculative`): γ = 1, the speed protocol's
+choice for the head on that path, and γ = 3, the simulation's best chain."""
+
+
+def decode_configs(pair: Pair, head: DraftHead, *, max_new_tokens: int, eos: bool = True,
+                   chains: Sequence[int] = DECODE_CHAINS, shapes: Sequence[TreeShape] = DECODE_SHAPES,
+                   ) -> dict[str, Decoder]:
+    """Greedy naive decoding, the head's chains and its trees, as configurations of the speed protocol (``eos``:
+    stop at the pair's EOS token, as a chat does; off, every run writes ``max_new_tokens`` tokens)."""
+    common = {"max_new_tokens": max_new_tokens, "eos_token_id": pair.eos_token_id if eos else None}
+    configs: dict[str, Decoder] = {"naive": lambda ids, seed: naive(pair.expert, ids, temperature=0.0, **common)}
+    for gamma in chains:
+        configs[f"chain γ={gamma}"] = (lambda ids, seed, g=gamma:
+                                       head_speculative(pair.expert, head, ids, gamma=g, temperature=0.0, **common))
+    for shape in shapes:
+        configs[shape.name] = (lambda ids, seed, sh=shape:
+                               tree_speculative(pair.expert, head, ids, shape=sh, **common))
+    return configs
+
+
+def decode_speed(pair: Pair, head: DraftHead, prompts: Sequence[torch.Tensor], *, max_new_tokens: int, rounds: int,
+                 eos: bool = True, chains: Sequence[int] = DECODE_CHAINS, shapes: Sequence[TreeShape] = DECODE_SHAPES,
+                 progress: bool = True) -> list[dict]:
+    """The tree decoder timed with the speed protocol (:func:`helpers.protocol.timed_runs`: a warm-up, then every
+    configuration once per prompt and round in a shuffled order), beside greedy naive decoding and the head's
+    chains: the raw records."""
+    configs = decode_configs(pair, head, max_new_tokens=max_new_tokens, eos=eos, chains=chains, shapes=shapes)
+    return timed_runs(configs, prompts, rounds=rounds, progress=progress)
+
+
+def decode_summary(result: dict) -> list[dict]:
+    """One row per configuration but naive decoding: its speedup over greedy naive decoding (the protocol's paired
+    mean over requests with its interval; a point estimate below :data:`helpers.protocol.MIN_PROMPTS` requests),
+    its tokens per expert call (all its runs pooled) and how many of its runs wrote naive decoding's text."""
+    records, settings = result["records"], result["settings"]
+    timed = {rec["config"] for rec in records}
+    names = [name for name in [f"chain γ={gamma}" for gamma in settings["chains"]]
+             + [TreeShape(**shape).name for shape in settings["shapes"]] if name in timed]
+    rows = []
+    for name in names:
+        runs = [rec for rec in records if rec["config"] == name]
+        n_prompts = len({rec["prompt"] for rec in runs})
+        ratio = speedup(records, "naive", name) if n_prompts >= MIN_PROMPTS else mean_speedup(records, "naive", name)
+        same, of = same_text(records, "naive", name)
+        rows.append({"config": name, "speedup": ratio, "prompts": n_prompts, "same_text": same, "runs": of,
+                     "tokens_per_call": sum(len(r["tokens"]) for r in runs) / sum(r["expert_calls"] for r in runs)})
+    return rows
+
+
+def _bound(x: float) -> str:
+    """Two decimals, three where two would print a bound that is not 1 as 1.00 (which side of 1 it lies on is the
+    claim an interval makes)."""
+    return f"{x:.3f}" if f"{x:.2f}" == "1.00" and round(x, 3) != 1 else f"{x:.2f}"
+
+
+def ratio_text(ratio: Interval | float, prompts: int) -> str:
+    """``1.16× [1.12, 1.21]`` (``1.06× [1.003, 1.12]`` near 1), or a point estimate labelled as such (fewer than
+    MIN_PROMPTS requests)."""
+    if isinstance(ratio, Interval):
+        return f"{ratio.mean:.2f}× [{_bound(ratio.low)}, {_bound(ratio.high)}]"
+    return f"{ratio:.2f}× (point estimate, {prompts} requests)"
+
+
+def decode_table(result: dict) -> str:
+    """:func:`decode_summary` as a Markdown table."""
+    lines = ["| decoder | tokens / expert call | speedup over greedy naive decoding | runs with naive decoding's "
+             "text |",
+             "|---|---:|---:|---:|"]
+    for row in decode_summary(result):
+        ratio = ratio_text(row["speedup"], row["prompts"])
+        same = f"{row['same_text']} of {row['runs']}"
+        lines.append(f"| {row['config']} | {row['tokens_per_call']:.2f} | {ratio} | {same} |")
+    return "\n".join(lines)
+
+
+def tree_over_chains(result: dict) -> dict[tuple[str, str], Interval | float]:
+    """(tree, chain) -> the tree's speedup over the chain, paired by request as every protocol speedup (above 1: the
+    tree decoder is faster), with its interval from :data:`helpers.protocol.MIN_PROMPTS` requests on."""
+    records, rows = result["records"], decode_summary(result)
+    names = [row["config"] for row in rows]
+    chains = [name for name in names if name.startswith("chain")]
+    out: dict[tuple[str, str], Interval | float] = {}
+    for tree in (name for name in names if not name.startswith("chain")):
+        for chain in chains:
+            enough = rows[names.index(tree)]["prompts"] >= MIN_PROMPTS
+            out[tree, chain] = speedup(records, chain, tree) if enough else mean_speedup(records, chain, tree)
+    return out
+
+
+def readme_row(result: dict) -> str:
+    """The README's row for a ``--decode`` result file (a test checks that the README holds it verbatim)."""
+    s, rows = result["settings"], decode_summary(result)
+    prompts = (f"{len(result['prompts'])} held-out chat requests, chat template, EOS on" if s["chat_template"]
+               else f"the first {len(result['prompts'])} raw prompts of the simulation, EOS off")
+    where = notebooks_reading(result)
+    what = (f"**the tree decoder** ({where + '; ' if where else ''}greedy; {prompts}, up to {s['max_new_tokens']} "
+            f"tokens, {s['rounds']} shuffled rounds, one run; speedup over naive decoding on the same "
+            f"{path_name(s)} path [95 % CI])")
+    decoders = "; ".join(f"{row['config']} {ratio_text(row['speedup'], row['prompts'])} ({row['tokens_per_call']:.2f} "
+                         f"tokens per expert call, {row['same_text']} of {row['runs']} texts naive decoding's)"
+                         for row in rows)
+    pairs = "; ".join(f"{tree} over {chain} {ratio_text(ratio, len(result['prompts']))}"
+                      for (tree, chain), ratio in tree_over_chains(result).items())
+    return f"| {what} | {result['machine']['cpu_kind']} | {decoders} — {pairs} | `{result['command']}` |"
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
-    """``python -m helpers.trees``: chains and trees of the committed head on the article's and the held-out
-    prompts (notebook 07's committed measurement); ``--kernels``/``--dtype`` choose the execution path of the
-    expert and the head (:mod:`helpers.kernels`; bf16 only where the CPU has bf16 instructions), and every cost
-    is in steps of the expert on that same path."""
+    """``python -m helpers.trees``: chains and trees of the committed head on the article's and the tutorial's raw
+    prompts, simulated (notebook 07's committed measurement); with ``--decode``, the tree decoder itself timed by
+    the speed protocol on the held-out chat requests (chat template, EOS on) beside greedy naive decoding and the
+    head's chains. ``--kernels``/``--dtype`` choose the execution path of the expert and the head
+    (:mod:`helpers.kernels`; bf16 only where the CPU has bf16 instructions), and every cost is in steps of the
+    expert on that same path."""
     parser = argparse.ArgumentParser(prog="python -m helpers.trees", description=main.__doc__.split("\n")[0])
-    parser.add_argument("--n-prompts", type=int, default=None, help="the first N of the 65 prompts (default all)")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=30, help="interleaved timing rounds (default 30)")
+    parser.add_argument("--decode", action="store_true",
+                        help="time the tree decoder by the speed protocol instead of simulating trees")
+    parser.add_argument("--raw", action="store_true",
+                        help="with --decode: the simulation's raw prompts, EOS off, instead of held-out chat requests")
+    parser.add_argument("--n-prompts", type=int, default=None,
+                        help="the first N prompts (default: all 65 raw prompts; with --decode 20)")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="default 64; with --decode 48 (--raw: 64)")
+    parser.add_argument("--repeats", type=int, default=30, help="interleaved timing rounds of the costs (default 30)")
+    parser.add_argument("--rounds", type=int, default=3, help="with --decode: shuffled timing rounds (default 3)")
     parser.add_argument("--out", type=Path, default=Path("output/trees.json"))
     parser.add_argument("--kernels", choices=KERNELS, default="eager", help="the models' execution path")
     parser.add_argument("--dtype", choices=tuple(DTYPES), default="fp32", help="the models' weights")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be >= 1")
+    if args.raw and not args.decode:
+        parser.error("--raw chooses the prompts of --decode; the simulation always uses the raw prompts")
     try:
         pair, head = load(args.kernels, args.dtype)
     except ValueError as error:
         parser.error(str(error))
-    texts = read_prompts(ARTICLE_PROMPTS) + read_prompts(PROMPTS)
-    if args.n_prompts is not None and not 1 <= args.n_prompts <= len(texts):
+    chat = args.decode and not args.raw
+    texts = split(read_prompts(EVAL_PROMPTS))[1] if chat else read_prompts(ARTICLE_PROMPTS) + read_prompts(PROMPTS)
+    n_prompts = args.n_prompts if args.n_prompts is not None else (MIN_PROMPTS if args.decode else len(texts))
+    if not 1 <= n_prompts <= len(texts):
         parser.error(f"--n-prompts must be in 1..{len(texts)}")
-    prompts = [pair.encode(text) for text in texts[:args.n_prompts]]
-    result = measure(pair.expert, head, prompts, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
-                     progress=not args.no_progress)
-    result |= {"settings": {"kernels": args.kernels, "dtype": args.dtype},
-               "command": shlex.join(["python", "-m", "helpers.trees", *(argv if argv is not None else sys.argv[1:])]),
-               "machine": machine_info(pair.expert.device),
-               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    print(f"{path_name(result['settings'])} path\n{markdown_table(result)}")
+    max_new_tokens = args.max_new_tokens if args.max_new_tokens is not None else (48 if chat else 64)
+    meta = {"command": shlex.join(["python", "-m", "helpers.trees", *(argv if argv is not None else sys.argv[1:])]),
+            "machine": machine_info(pair.expert.device),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    prompts = [pair.encode_chat(text) if chat else pair.encode(text) for text in texts[:n_prompts]]
+    if args.decode:
+        started = datetime.datetime.now()
+        records = decode_speed(pair, head, prompts, max_new_tokens=max_new_tokens, rounds=args.rounds, eos=chat,
+                               progress=not args.no_progress)
+        selection = ("every other line, from the first (speed.split)" if chat
+                     else "the article's prompts, then data/prompts.txt, in order")
+        result = {"records": records, "seconds": (datetime.datetime.now() - started).total_seconds(),
+                  "settings": {"kernels": args.kernels, "dtype": args.dtype, "max_new_tokens": max_new_tokens,
+                               "rounds": args.rounds, "prompts_file": EVAL_PROMPTS.name if chat else PROMPTS.name,
+                               "chat_template": chat, "eos": chat, "prompt_selection": selection,
+                               "chains": list(DECODE_CHAINS), "shapes": [asdict(shape) for shape in DECODE_SHAPES]},
+                  "prompts": texts[:n_prompts], **meta}
+        print(f"{path_name(result['settings'])} path\n{decode_table(result)}")
+        for (tree, chain), ratio in tree_over_chains(result).items():
+            print(f"{tree} over {chain}: {ratio_text(ratio, n_prompts)}")
+    else:
+        result = measure(pair.expert, head, prompts, max_new_tokens=max_new_tokens, repeats=args.repeats,
+                         progress=not args.no_progress)
+        result |= {"settings": {"kernels": args.kernels, "dtype": args.dtype}, **meta}
+        print(f"{path_name(result['settings'])} path\n{markdown_table(result)}")
     print(f"written to {write_json(result, args.out)}")
     return result
-
 
 if __name__ == "__main__":
     main()

@@ -1,32 +1,45 @@
-"""helpers.trees: the tree mask, tree drafting with a head, greedy tree verification and the measurement, on tiny
-random models. The tree passes are checked against plain sequential passes along every path."""
+"""helpers.trees: the tree mask, tree drafting with a head, greedy tree verification, the tree decoder and both
+measurements, on tiny random models. The tree passes are checked against plain sequential passes along every path,
+the decoder against greedy decoding and against the simulation."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 import torch
-from conftest import random_head, tiny_llama
+from conftest import WORDS, random_head, tiny_llama, word_tokenizer
 from transformers import DynamicCache
 
 from helpers import speed
+from helpers.compare import Interval
+from helpers.data import RESULTS
 from helpers.decoding import naive
 from helpers.heads import head_speculative
+from helpers.models import Pair
 from helpers.trees import (
     DraftTree,
     TreeShape,
     TreeVerifyStep,
     accepted_depth,
     accepted_path,
+    compact,
+    decode_speed,
+    decode_summary,
+    decode_table,
     draft_tree,
     explained_by_prompt,
     main,
     markdown_table,
     measure,
+    ratio_text,
+    readme_row,
     tree_attention,
     tree_inputs,
+    tree_over_chains,
     tree_rounds,
+    tree_speculative,
 )
 
 
@@ -176,8 +189,128 @@ def test_the_mask_follows_the_experts_dtype():
     assert mask.min() == torch.finfo(torch.bfloat16).min and positions.tolist() == [[2, 3, 4, 3]]
 
 
+TWO_PROMPTS = (torch.tensor([[1, 2, 3]]), torch.tensor([[4, 5, 6, 7, 8]]))
+DECODED = (TreeShape(3, 1, 3), TreeShape(4, 2, 3), TreeShape(9, 3, 3), TreeShape(8, 2, 4))
+
+
+@pytest.mark.parametrize("shape", DECODED, ids=lambda shape: shape.name)
+def test_the_tree_decoder_writes_greedy_decodings_text(expert, head, shape, one_thread):
+    for prompt in TWO_PROMPTS:
+        greedy = naive(expert, prompt, max_new_tokens=20, temperature=0.0).new_token_ids
+        run = tree_speculative(expert, head, prompt, max_new_tokens=20, shape=shape)
+        assert run.new_token_ids == greedy
+        # the first call reads the prompt; every round adds its walked nodes' tokens and the expert's own token
+        assert run.stats.expert_calls == len(run.trace) + 1 and greedy[1:] == [t for r in run.trace for t in r.emitted]
+        for r in run.trace:
+            assert len(r.path) == len(r.emitted) - 1 <= shape.depth
+            assert [r.tree.tokens[i] for i in r.path] == r.emitted[:-1]
+            assert r.path == (r.tree.path(r.path[-1]) if r.path else [])  # one root path, one node per depth
+        assert run.stats.accepted == sum(len(r.path) for r in run.trace)
+        assert run.stats.proposed == shape.n_nodes * len(run.trace)
+
+
+@pytest.mark.parametrize("shape", DECODED, ids=lambda shape: shape.name)
+def test_the_tree_decoder_keeps_what_the_simulation_predicts(expert, head, shape, one_thread):
+    for prompt in TWO_PROMPTS:
+        run = tree_speculative(expert, head, prompt, max_new_tokens=20, shape=shape)
+        simulated = tree_rounds(expert, head, prompt, run.new_token_ids, shape)
+        assert [1] + [len(r.emitted) for r in run.trace] == simulated
+
+
+def test_a_chain_decodes_round_by_round_as_head_speculative(expert, head, one_thread):
+    for prompt in TWO_PROMPTS:
+        chain = head_speculative(expert, head, prompt, max_new_tokens=20, gamma=3, temperature=0.0)
+        run = tree_speculative(expert, head, prompt, max_new_tokens=20, shape=TreeShape(3, 1, 3))
+        assert [len(r.emitted) for r in run.trace] == [len(it.emitted) for it in chain.trace[1:]]
+
+
+def test_compacting_a_tree_pass_leaves_the_cache_of_the_accepted_path(expert, prompt):
+    tree = DraftTree(tokens=[3, 5, 7, 2, 9], parents=[-1, -1, 0, 0, 2], depths=[1, 1, 2, 2, 3], scores=[0.0] * 5)
+    cache = DynamicCache(config=expert.config)
+    with torch.no_grad():
+        expert(prompt[:, :-1], past_key_values=cache, use_cache=True)
+        prefix = cache.get_seq_length()
+        mask, positions = tree_inputs(tree.parents, prefix)
+        root_and_nodes = torch.tensor([[int(prompt[0, -1]), *tree.tokens]])
+        expert(root_and_nodes, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True)
+        path = tree.path(4)  # nodes 0, 2, 4: tokens 3, 7, 9
+        compact(cache, torch.tensor([*range(prefix + 1), *(prefix + 1 + i for i in path)]))
+        sequential = DynamicCache(config=expert.config)
+        expert(torch.cat([prompt, torch.tensor([[3, 7, 9]])], dim=1), past_key_values=sequential, use_cache=True)
+        assert cache.get_seq_length() == sequential.get_seq_length() == prompt.shape[1] + 3
+        for got, want in zip(cache.layers, sequential.layers, strict=True):
+            torch.testing.assert_close(got.keys, want.keys, rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(got.values, want.values, rtol=1e-4, atol=1e-5)
+        # and the compacted cache decodes on: the next token after it is the sequential one
+        after = expert(torch.tensor([[4]]), past_key_values=cache, use_cache=True).logits[0, -1]
+        fresh = expert(torch.cat([prompt, torch.tensor([[3, 7, 9, 4]])], dim=1)).logits[0, -1]
+        torch.testing.assert_close(after, fresh, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("budget", [0, 1, 2, 5, 13])
+def test_the_tree_decoder_stops_at_the_budget_and_at_eos(expert, head, budget):
+    prompt = TWO_PROMPTS[1]
+    shape = TreeShape(4, 2, 3)
+    greedy = naive(expert, prompt, max_new_tokens=20, temperature=0.0).new_token_ids
+    assert tree_speculative(expert, head, prompt, max_new_tokens=budget, shape=shape).new_token_ids == greedy[:budget]
+    eos = greedy[6]  # a token greedy decoding writes: both stop right after its first occurrence
+    stopped = naive(expert, prompt, max_new_tokens=20, temperature=0.0, eos_token_id=eos).new_token_ids
+    assert stopped[-1] == eos and len(stopped) <= 7
+    run = tree_speculative(expert, head, prompt, max_new_tokens=20, shape=shape, eos_token_id=eos)
+    assert run.new_token_ids == stopped
+
+
+def test_the_tree_decoder_refuses_what_it_cannot_decode(expert, head, prompt):
+    with pytest.raises(ValueError, match="fewer than 20 nodes"):
+        tree_speculative(expert, head, prompt, max_new_tokens=4, shape=TreeShape(20, 2, 3))
+    with pytest.raises(ValueError, match="not attached to this expert"):
+        tree_speculative(tiny_llama(5, layers=2), head, prompt, max_new_tokens=4, shape=TreeShape(4, 2, 3))
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        tree_speculative(expert, head, prompt, max_new_tokens=-1, shape=TreeShape(4, 2, 3))
+
+
+def test_the_decoder_timed_by_the_protocol(expert, head, one_thread):
+    pair = Pair(expert=expert, amateur=tiny_llama(1), tokenizer=word_tokenizer(WORDS), name="tiny",
+                expert_name="tiny-expert", amateur_name="tiny-amateur", source="built in the tests")
+    shapes = (TreeShape(4, 2, 3),)
+    records = decode_speed(pair, head, list(TWO_PROMPTS), max_new_tokens=8, rounds=2, eos=False, chains=(1, 3),
+                           shapes=shapes, progress=False)
+    assert all(len(rec["tokens"]) == 8 for rec in records)  # EOS off: every run writes the whole budget
+    names = {"naive", "chain γ=1", "chain γ=3", "tree 4 nodes (top-2, depth 3)"}
+    assert {rec["config"] for rec in records} == names and len(records) == 4 * 2 * 2
+    result = {"records": records, "settings": {"chains": [1, 3], "shapes": [{"n_nodes": 4, "top_k": 2, "depth": 3}]}}
+    rows = decode_summary(result)
+    assert [row["config"] for row in rows] == ["chain γ=1", "chain γ=3", "tree 4 nodes (top-2, depth 3)"]
+    for row in rows:
+        assert not isinstance(row["speedup"], Interval) and row["speedup"] > 0  # 2 prompts: a point estimate only
+        assert row["same_text"] == row["runs"] == 4 and 1 <= row["tokens_per_call"] <= 4
+    assert "(point estimate, 2 requests) | 4 of 4 |" in decode_table(result)
+    pairs = tree_over_chains(result)
+    tree = "tree 4 nodes (top-2, depth 3)"
+    assert set(pairs) == {(tree, "chain γ=1"), (tree, "chain γ=3")}
+    assert all(isinstance(ratio, float) and ratio > 0 for ratio in pairs.values())
+    assert ratio_text(Interval(1.16, 1.12, 1.21, 20), 20) == "1.16× [1.12, 1.21]"
+    assert ratio_text(Interval(1.06, 1.0027, 1.12, 20), 20) == "1.06× [1.003, 1.12]"  # which side of 1 it is on
+    assert ratio_text(Interval(0.99, 0.96, 0.9996, 20), 20) == "0.99× [0.96, 1.00]"  # 1.000 would say no more
+    assert ratio_text(1.05, 4) == "1.05× (point estimate, 4 requests)"
+
+
+def test_main_asks_for_decode_before_raw(capsys):
+    with pytest.raises(SystemExit):
+        main(["--raw", "--out", "unused.json"])
+    assert "--raw chooses the prompts of --decode" in capsys.readouterr().err
+
+
 def test_main_refuses_bf16_where_the_cpu_would_emulate_it(monkeypatch, capsys):
     monkeypatch.setattr(speed, "fast_bf16", lambda device: False)
     with pytest.raises(SystemExit):
         main(["--dtype", "bf16", "--out", "unused.json"])
     assert "no bf16 instructions" in capsys.readouterr().err
+
+
+def test_readme_holds_the_rendered_row_of_every_committed_decode_file():
+    files = sorted(RESULTS.glob("trees-decode-*.json"))
+    assert files, "no committed trees-decode-<cpu>.json"
+    readme = (RESULTS.parent.parent / "README.md").read_text()
+    for path in files:
+        assert readme_row(json.loads(path.read_text())) in readme, f"README: render {path.name}'s row again"
