@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 OUT    ?= output
 
-.PHONY: setup models tutorial test lint lab bench speed kernels notebooks gpu-pack gpu-check clean
+.PHONY: setup models tutorial test lint lab bench speed kernels ablation notebooks gpu-pack gpu-check clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,9 @@ speed: models  ## the speed protocol: both learned drafters on held-out chat req
 
 kernels: models  ## the roofline of the expert's execution paths (eager, prepacked, bf16, int8), about 12 min (README)
 	$(PY) -m helpers.kernels --out $(OUT)/kernels.json
+
+ablation: models  ## the head's lesson isolated: four drafters trained alike, then measured on held-out requests (README)
+	$(PY) -m helpers.ablation --out $(OUT)/ablation.json
 
 notebooks: export BIG_SMALL_HEADLESS=1
 notebooks: models  ## maintainers: re-execute the committed notebooks in place (MKL's native kernels), strip, stamp

@@ -11,10 +11,10 @@
    renormalised``: the top-k alone, renormalised; ``--loss rest``: the top-k plus a bucket for the rest of the
    mass) plus ``ce_weight`` x the cross-entropy of the token the expert actually wrote. Checkpoints let a rerun
    resume.
-3. **evaluate** -- on held-out prompts (``data/prompts.txt``, never trained on), with the decoders' own
-   statistics: α = E[Σ min(p, q)] at temperature 1 along the expert's samples (``speculative(...).stats``),
-   greedy agreement (the same statistic at temperature 0), and the 1-token step times of both models measured
-   alternately in one process (c = student step / expert step).
+3. **evaluate** -- on near-domain prompts (``data/prompts.txt``: never trained on, but many share a training
+   topic), with the decoders' own statistics: α = E[Σ min(p, q)] at temperature 1 along the expert's samples
+   (``speculative(...).stats``), greedy agreement (the same statistic at temperature 0), and the 1-token step
+   times of both models measured alternately in one process (c = student step / expert step).
 4. **save** -- fp16 safetensors + config + a model card (``README.md``: data, steps, time, hardware, metrics,
    the exact command) into ``data/pocket-draft``, where ``load_pair("pocket")`` finds it.
 
@@ -220,7 +220,7 @@ def make_student(teacher: PreTrainedModel, shape: StudentShape, seed: int = 0) -
     return student
 
 
-def _batch(examples: Sequence[Example], pad_id: int) -> tuple[torch.Tensor, ...]:
+def padded_batch(examples: Sequence[Example], pad_id: int) -> tuple[torch.Tensor, ...]:
     """Right-padded tokens + attention mask, and the flat (row, position) indices of the supervised positions."""
     length = max(len(e.tokens) for e in examples)
     tokens = torch.full((len(examples), length), pad_id, dtype=torch.long)
@@ -275,7 +275,7 @@ def distillation_loss(student: PreTrainedModel, examples: Sequence[Example], pad
     more mass there than the teacher is over-confident."""
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
-    tokens, mask, row, col, targets, target_logp, next_token = _batch(examples, pad_id)
+    tokens, mask, row, col, targets, target_logp, next_token = padded_batch(examples, pad_id)
     enabled = fast_bf16(student.device) if autocast is None else autocast
     with torch.autocast(student.device.type, dtype=torch.bfloat16, enabled=enabled):
         hidden = student.model(input_ids=tokens, attention_mask=mask).last_hidden_state[row, col]
@@ -350,7 +350,7 @@ def time_precisions(expert: PreTrainedModel, settings: Settings, repeats: int = 
 # ----------------------------------------------------------------------------------------- 3. evaluate
 @dataclass
 class DraftQuality:
-    """How good a draft is for one expert, on held-out prompts (notebook 05; the model card's numbers)."""
+    """How good a draft is for one expert, on prompts it was not trained on (notebook 05; the model card's numbers)."""
 
     alpha: float
     """α = mean β = E[Σ min(p, q)] at temperature 1, along the expert's own samples."""
@@ -437,7 +437,10 @@ cross-entropy of the token the expert wrote. AdamW (lr {s['lr']}, warm-up {s['wa
 Final validation loss {last.get('valid_loss', float('nan')):.3f}, top-1 agreement with the expert on
 validation data {last.get('valid_top1', float('nan')):.3f}.
 
-## Evaluation (held-out prompts)
+## Evaluation (near-domain prompts: never trained on, but many share a training topic)
+`data/prompts.txt` is never trained on, but 31 of its 60 prompts share a topic or template text with the training
+prompts (`data/README.md`), so these are near-domain numbers; the held-out chat requests of `data/eval_prompts.txt`
+are measured by `python -m helpers.speed` (notebooks 04, 05, 07) and `python -m helpers.ablation` (notebook 07).
 {s['eval_prompts']} prompts of `data/prompts.txt`, {s['eval_tokens']} new tokens each, statistics of
 `helpers.decoding.speculative` (γ = {s['eval_gamma']}); {q['positions']} judged draft positions at temperature 1.
 Step times: medians of {s['timing_repeats']} alternating KV-cached 1-token forward passes.

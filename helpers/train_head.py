@@ -13,10 +13,10 @@ Five resumable stages in a work folder (default ``output/head``), sharing the di
    and renormalised, which is the best a draft limited to V_draft can do for α); the input features get uniform
    noise of ±``noise`` x their RMS (EAGLE-1: robustness to the head's own errors, which later draft steps read);
    ``--steps`` > 1 also trains the later draft steps on the head's own predictions (EAGLE-3's training-time test);
-5. **evaluate + save** -- on held-out prompts (``data/prompts.txt``): α at temperature 1 and greedy agreement from
-   :func:`helpers.heads.head_speculative`'s statistics, tokens per expert call, and c (one head draft step / one
-   expert step, timed alternately) with the trimmed vocabulary and with the full one. The head, ``card.json`` and
-   a model card go to ``data/pocket-head``.
+5. **evaluate + save** -- on near-domain prompts (``data/prompts.txt``: never trained on, but many share a
+   training topic): α at temperature 1 and greedy agreement from :func:`helpers.heads.head_speculative`'s
+   statistics, tokens per expert call, and c (one head draft step / one expert step, timed alternately) with the
+   trimmed vocabulary and with the full one. The head, ``card.json`` and a model card go to ``data/pocket-head``.
 
 ``--quick`` is the notebook-sized run (a few minutes on two CPU cores).
 """
@@ -325,7 +325,10 @@ Learning curve (top-1: how often the head's first draft token is the expert's gr
 |---:|---:|---:|---:|---:|---:|---:|
 {curve}
 
-## Evaluation (held-out prompts)
+## Evaluation (near-domain prompts: never trained on, but many share a training topic)
+`data/prompts.txt` is never trained on, but 31 of its 60 prompts share a topic or template text with the training
+prompts (`data/README.md`), so these are near-domain numbers; the held-out chat requests of `data/eval_prompts.txt`
+are measured by `python -m helpers.speed` (notebooks 04, 05, 07) and `python -m helpers.ablation` (notebook 07).
 {s['eval_prompts']} prompts of `data/prompts.txt`, {s['eval_tokens']} new tokens each, `head_speculative` with
 γ = {s['eval_gamma']}: {q['positions']} judged draft positions.
 

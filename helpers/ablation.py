@@ -1,0 +1,450 @@
+"""The head's lesson, isolated (notebook 07, section 5): what the expert's features buy, and what the trimmed
+draft vocabulary buys. ``python -m helpers.ablation --out data/results/ablation-<cpu>.json``
+
+The committed draft head and the committed distilled draft differ in three ways at once: the head reads the expert's
+features, it reads out over the 8,192 rows of V_draft instead of all 49,152, and the two were trained for other
+epochs. Here four drafters for the pocket expert learn from the same teacher text (the expert's continuations of
+the first ``n_prompts`` lines of ``data/distill_prompts.txt``, :func:`helpers.distill.generate`), the same training
+and validation split, the same number of epochs and seed, and one V_draft
+(:func:`helpers.train_head.draft_vocabulary`); each family keeps its own loss and optimiser settings (the head's
+learning rate and batch of :class:`helpers.train_head.HeadSettings`, the draft's of :class:`helpers.distill.Settings`):
+
+- ``head``: EAGLE-1's head (:class:`helpers.heads.DraftHead`), reads f_t and x_{t+1}, reads out over V_draft;
+- ``token-only head``: the same layer with its feature input set to zero in training and in drafting
+  (:class:`TokenOnlyHead`): the same cost and V_draft, but it knows the context only through the tokens in its own
+  KV cache;
+- ``draft``: the distilled draft's shape (:class:`helpers.distill.StudentShape`), full vocabulary;
+- ``draft over V_draft``: the same with its readout cut to V_draft (:class:`TrimmedReadout`), trained on the
+  teacher's targets restricted to V_draft (:func:`trimmed_loss`).
+
+head vs token-only head is what the features buy; draft over V_draft vs draft is what trimming buys. Measured on the
+held-out requests (``data/eval_prompts.txt``, chat template, EOS on; no topic or template of the training prompts):
+α at temperature 1 and the greedy agreement prompt by prompt, with 95 % bootstrap intervals over prompts and the
+paired differences of the two contrasts; α by draft depth; tokens per expert call; and c, one draft step / one
+expert step, timed interleaved on several prompts (:func:`helpers.timing.drafter_costs`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import random
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+from transformers import LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
+
+from helpers import distill, train_head
+from helpers.compare import Interval, mean_of
+from helpers.data import DISTILL_PROMPTS, EVAL_PROMPTS, read_json, read_prompts, write_json
+from helpers.decoding import Generation, speculative
+from helpers.heads import DraftHead, HeadStep, head_speculative
+from helpers.machine import fast_bf16, machine_info
+from helpers.models import count_parameters, load_pair
+from helpers.protocol import depth_acceptance, round_counts
+from helpers.timing import ForwardStep, drafter_costs, median
+from helpers.training import fit
+
+DRAFTERS = ("head", "token-only head", "draft", "draft over V_draft")
+CONTRASTS = {"features": ("head", "token-only head"), "trimming": ("draft over V_draft", "draft")}
+"""What each pair of drafters isolates: (with, without)."""
+
+
+@dataclass
+class AblationSettings:
+    """Everything that determines a run (stored in the result file)."""
+
+    n_prompts: int = 1024
+    """Training prompts: the first lines of ``data/distill_prompts.txt`` (the committed drafters used 5,120)."""
+    epochs: float = 4.0
+    draft_vocab: int = 8192
+    eval_prompts: int = 24
+    """Held-out requests (the first lines of ``data/eval_prompts.txt``); an interval needs 20 or more."""
+    eval_tokens: int = 48
+    gamma: int = 3
+    cost_prompts: int = 4
+    timing_repeats: int = 20
+    seed: int = 0
+
+    def head(self) -> train_head.HeadSettings:
+        return train_head.HeadSettings(n_prompts=self.n_prompts, draft_vocab=self.draft_vocab, epochs=self.epochs,
+                                       seed=self.seed)
+
+    def draft(self) -> distill.Settings:
+        return dataclasses.replace(self.head().teacher(), epochs=self.epochs)
+
+
+QUICK = AblationSettings(n_prompts=64, epochs=1.0, draft_vocab=2048, eval_prompts=2, eval_tokens=12, cost_prompts=1,
+                         timing_repeats=3)
+"""``--quick``: every stage in a few minutes (no interval: too few prompts)."""
+
+
+# ---------------------------------------------------------------------------------------------- drafters
+class TokenOnlyHead(DraftHead):
+    """Ablation (b): EAGLE-1's head with its feature input f_t set to zero, in training and in drafting. The same
+    ``fc``, layer, V_draft and cost as :class:`~helpers.heads.DraftHead`; what it knows of the context comes from the
+    tokens in its own KV cache: a one-layer token-level drafter that borrows the expert's embedding and LM head."""
+
+    def forward(self, features: torch.Tensor, next_tokens: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        return super().forward(torch.zeros_like(features), next_tokens, *args, **kwargs)
+
+
+class TrimmedReadout(torch.nn.Module):
+    """Ablation (a): a draft's tied LM head cut to the rows of V_draft. The product runs over those N rows only; the
+    logits come back over the whole vocabulary, −∞ outside V_draft (q = 0 there, as for the head), so the draft
+    plugs into :func:`helpers.decoding.speculative` unchanged. In eval mode the rows are a frozen copy."""
+
+    def __init__(self, embedding: torch.nn.Embedding, vocab: torch.Tensor) -> None:
+        super().__init__()
+        self.embedding = embedding
+        self.register_buffer("vocab", torch.as_tensor(vocab, dtype=torch.long))
+        index = torch.full((embedding.num_embeddings,), -1, dtype=torch.long)
+        index[self.vocab] = torch.arange(len(self.vocab))
+        self.register_buffer("index", index)
+        """A token id's position in V_draft, −1 outside it."""
+        self.rows: torch.Tensor | None = None
+
+    @property
+    def out_features(self) -> int:
+        """The vocabulary the logits cover (what the decoders check against the expert's)."""
+        return self.embedding.num_embeddings
+
+    def train(self, mode: bool = True) -> TrimmedReadout:
+        super().train(mode)
+        self.rows = None if mode else self.embedding.weight[self.vocab].detach().clone()
+        return self
+
+    def trimmed(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The logits over V_draft, (..., N)."""
+        rows = self.embedding.weight[self.vocab] if self.rows is None else self.rows
+        return hidden @ rows.T
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        out = hidden.new_full((*hidden.shape[:-1], self.embedding.num_embeddings), float("-inf"))
+        out[..., self.vocab] = self.trimmed(hidden)
+        return out
+
+
+def trimmed_student(teacher: PreTrainedModel, shape: distill.StudentShape, vocab: torch.Tensor,
+                    seed: int = 0) -> LlamaForCausalLM:
+    """:func:`helpers.distill.make_student` with its readout cut to ``vocab`` (:class:`TrimmedReadout`)."""
+    student = distill.make_student(teacher, shape, seed)
+    student.lm_head = TrimmedReadout(student.get_input_embeddings(), vocab)
+    return student
+
+
+def trimmed_loss(student: LlamaForCausalLM, examples: Sequence[distill.Example], pad_id: int, ce_weight: float,
+                 autocast: bool | None = False) -> tuple[torch.Tensor, dict[str, float]]:
+    """:func:`helpers.distill.distillation_loss` (renormalised top-k) for a draft whose readout is V_draft: the
+    teacher's top-k targets outside V_draft are dropped and the rest renormalised (the best a draft limited to
+    V_draft can do, as for the head); positions whose whole top-k lies outside are skipped; the written token's
+    cross-entropy counts where that token lies in V_draft."""
+    readout = student.lm_head
+    if not isinstance(readout, TrimmedReadout):
+        raise TypeError("trimmed_loss needs a draft made by trimmed_student (its lm_head is a TrimmedReadout)")
+    tokens, mask, row, col, targets, target_logp, next_token = distill.padded_batch(examples, pad_id)
+    enabled = fast_bf16(student.device) if autocast is None else autocast
+    with torch.autocast(student.device.type, dtype=torch.bfloat16, enabled=enabled):
+        hidden = student.model(input_ids=tokens, attention_mask=mask).last_hidden_state[row, col]
+        logits = readout.trimmed(hidden)
+    logq = torch.log_softmax(logits.float(), dim=-1)
+    where = readout.index[targets]
+    inside = where >= 0
+    kept = inside.any(-1)
+    target = torch.softmax(target_logp.masked_fill(~inside, float("-inf"))[kept], dim=-1)
+    soft = -(target * logq[kept].gather(1, where[kept].clamp(min=0))).sum(-1).mean()
+    written = readout.index[next_token]
+    hard = -logq[written >= 0].gather(1, written[written >= 0, None]).mean()
+    top1 = (logq.argmax(-1) == where[:, 0]).float().mean()
+    return soft + ce_weight * hard, {"soft": soft.item(), "hard": hard.item(), "top1": top1.item()}
+
+
+# ---------------------------------------------------------------------------------------------- training
+@dataclass
+class TeacherData:
+    """The shared data: one split, the same sequences as draft examples and as head sequences, and V_draft."""
+
+    train_examples: list[distill.Example]
+    valid_examples: list[distill.Example]
+    train_sequences: list[train_head.HeadExample]
+    valid_sequences: list[train_head.HeadExample]
+    vocab: torch.Tensor
+
+
+def teacher_data(expert: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: AblationSettings, work: Path,
+                 prompts: Sequence[str], *, progress: bool = True) -> TeacherData:
+    """Teacher shards and features in ``work`` (resumable), split 95/5 with one seeded shuffle, and V_draft from the
+    training part."""
+    shards = distill.generate(expert, tokenizer, prompts, work / "teacher", settings.draft(), progress=progress)
+    sequences = train_head.load_sequences(shards, train_head.features(expert, shards, work / "features",
+                                                                      progress=progress))
+    examples = distill.load_examples(shards)
+    order = list(range(len(examples)))
+    random.Random(settings.seed).shuffle(order)
+    n_valid = max(1, len(order) // 20)
+    valid, train = order[:n_valid], order[n_valid:]
+    train_sequences = [sequences[i] for i in train]
+    vocab = train_head.draft_vocabulary(train_sequences, settings.draft_vocab, tokenizer.eos_token_id)
+    return TeacherData([examples[i] for i in train], [examples[i] for i in valid], train_sequences,
+                       [sequences[i] for i in valid], vocab)
+
+
+def train_heads(expert: PreTrainedModel, data: TeacherData, settings: AblationSettings, work: Path, *,
+                progress: bool = True) -> dict[str, tuple[DraftHead, list[dict]]]:
+    """The head and the token-only head, each by :func:`helpers.train_head.train` from the same initial weights."""
+    heads = {}
+    for name, cls in (("head", DraftHead), ("token-only head", TokenOnlyHead)):
+        head = cls.for_expert(expert, data.vocab, seed=settings.seed)
+        log = train_head.train(head, data.train_sequences, data.valid_sequences, work / name.replace(" ", "-"),
+                               settings.head(), progress=progress)
+        heads[name] = (head.eval(), log)
+    return heads
+
+
+def train_drafts(expert: PreTrainedModel, data: TeacherData, settings: AblationSettings, pad_id: int, work: Path, *,
+                 progress: bool = True) -> dict[str, tuple[LlamaForCausalLM, list[dict]]]:
+    """The distilled draft (:func:`helpers.distill.train`) and the same draft over V_draft (:func:`trimmed_loss`),
+    from the same initial weights."""
+    s = settings.draft()
+    full = distill.make_student(expert, s.student, s.seed)
+    log_full = distill.train(full, data.train_examples, data.valid_examples, work / "draft", s, pad_id,
+                             progress=progress)
+    trimmed = trimmed_student(expert, s.student, data.vocab, s.seed)
+
+    @torch.no_grad()
+    def validate() -> dict[str, float]:
+        was_training = trimmed.training
+        trimmed.eval()
+        batches = range(0, len(data.valid_examples), s.train_batch)
+        parts = [trimmed_loss(trimmed, data.valid_examples[i:i + s.train_batch], pad_id, s.ce_weight, s.autocast)
+                 for i in batches]
+        trimmed.train(was_training)
+        return {"loss": sum(float(loss) for loss, _ in parts) / len(parts),
+                "top1": sum(p["top1"] for _, p in parts) / len(parts)}
+
+    log_trimmed = fit(trimmed, data.train_examples,
+                      lambda batch: trimmed_loss(trimmed, batch, pad_id, s.ce_weight, s.autocast), validate,
+                      work / "draft-over-V_draft", epochs=s.epochs, batch=s.train_batch, lr=s.lr, warmup=s.warmup,
+                      weight_decay=0.01, seed=s.seed, desc="draft over V_draft trains", progress=progress)
+    return {"draft": (full.eval(), log_full), "draft over V_draft": (trimmed.eval(), log_trimmed)}
+
+
+# -------------------------------------------------------------------------------------------- evaluation
+Decode = Callable[[torch.Tensor, float, torch.Generator], Generation]
+
+
+def decoders(expert: PreTrainedModel, drafters: dict[str, torch.nn.Module], *, gamma: int, max_new_tokens: int,
+             eos_token_id: int | None) -> dict[str, Decode]:
+    """Speculative decoding with each drafter: heads through :func:`helpers.heads.head_speculative`, drafts
+    through :func:`helpers.decoding.speculative`."""
+    def one(drafter: torch.nn.Module) -> Decode:
+        if isinstance(drafter, DraftHead):
+            return lambda ids, t, g: head_speculative(expert, drafter, ids, max_new_tokens=max_new_tokens,
+                                                      gamma=gamma, temperature=t, generator=g,
+                                                      eos_token_id=eos_token_id)
+        return lambda ids, t, g: speculative(expert, drafter, ids, max_new_tokens=max_new_tokens, gamma=gamma,
+                                             temperature=t, generator=g, eos_token_id=eos_token_id)
+    return {name: one(d) for name, d in drafters.items()}
+
+
+@torch.no_grad()
+def acceptance(decode: dict[str, Decode], prompts: Sequence[torch.Tensor], *, seed: int = 0,
+               progress: bool = True) -> dict[str, dict[str, list[dict]]]:
+    """Every drafter on every prompt, at temperature 1 (``"sampled"``) and greedy (``"greedy"``), the same seed per
+    prompt for every drafter: per run its α (mean β), its ``[drafted, kept]`` rounds, tokens and expert calls."""
+    runs: dict[str, dict[str, list[dict]]] = {name: {"sampled": [], "greedy": []} for name in decode}
+    for i, ids in enumerate(tqdm(prompts, desc="acceptance", unit="prompt", disable=not progress)):
+        for name, run in decode.items():
+            for mode, temperature in (("sampled", 1.0), ("greedy", 0.0)):
+                out = run(ids, temperature, torch.Generator(ids.device).manual_seed(seed * 1009 + i))
+                runs[name][mode].append({"alpha": out.stats.mean_beta, "rounds": round_counts(out),
+                                         "tokens": out.new_token_ids, "expert_calls": out.stats.expert_calls})
+    return runs
+
+
+def costs(expert: PreTrainedModel, drafters: dict[str, torch.nn.Module], prompts: Sequence[torch.Tensor], *,
+          repeats: int) -> dict[str, list[float]]:
+    """c of every drafter on each prompt: one draft step / one expert step, all steps interleaved
+    (:func:`helpers.timing.drafter_costs`)."""
+    out: dict[str, list[float]] = {name: [] for name in drafters}
+    for ids in prompts:
+        steps = {name: HeadStep(d, expert, ids) if isinstance(d, DraftHead) else ForwardStep(d, ids, 1)
+                 for name, d in drafters.items()}
+        c, _ = drafter_costs(expert, ids, steps, [], repeats)
+        for name, value in c.items():
+            out[name].append(value)
+    return out
+
+
+def held_out_coverage(runs: Sequence[dict], vocab: torch.Tensor) -> float:
+    """The share of the expert's greedy tokens on the held-out requests that lie in V_draft."""
+    written = torch.tensor([t for r in runs for t in r["tokens"]], dtype=torch.long)
+    return float(torch.isin(written, vocab).float().mean())
+
+
+# ------------------------------------------------------------------------------------------------- run
+def run(expert: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: AblationSettings, *, work: Path,
+        encode: Callable[[str], torch.Tensor], prompts_file: Path = DISTILL_PROMPTS, eval_file: Path = EVAL_PROMPTS,
+        command: str = "", progress: bool = True) -> dict:
+    """Every stage; the teacher data, features and training checkpoints in ``work`` are reused by a rerun with the
+    same settings. ``encode`` turns a held-out request into prompt ids (the pocket pair's chat template)."""
+    work.mkdir(parents=True, exist_ok=True)
+    record = work / "settings.json"
+    wanted = {k: v for k, v in asdict(settings).items() if k in ("n_prompts", "epochs", "draft_vocab", "seed")}
+    if record.exists() and json.loads(record.read_text()) != wanted:
+        raise ValueError(f"{work} holds a run with other settings; resuming would mix them. Choose another folder "
+                         "with --work, or delete this one.")
+    record.write_text(json.dumps(wanted, indent=1))
+    seconds: dict[str, float] = {}
+    start = time.perf_counter()
+    data = teacher_data(expert, tokenizer, settings, work, read_prompts(prompts_file, settings.n_prompts),
+                        progress=progress)
+    seconds["data"] = time.perf_counter() - start
+    trained = {**train_heads(expert, data, settings, work, progress=progress),
+               **train_drafts(expert, data, settings, tokenizer.pad_token_id, work, progress=progress)}
+    seconds["train"] = {name: log[-1]["seconds"] if log else 0.0 for name, (_, log) in trained.items()}
+    drafters = {name: trained[name][0] for name in DRAFTERS}
+    prompts = [encode(p) for p in read_prompts(eval_file, settings.eval_prompts)]
+    start = time.perf_counter()
+    runs = acceptance(decoders(expert, drafters, gamma=settings.gamma, max_new_tokens=settings.eval_tokens,
+                               eos_token_id=tokenizer.eos_token_id), prompts, seed=settings.seed, progress=progress)
+    seconds["acceptance"] = time.perf_counter() - start
+    start = time.perf_counter()
+    c = costs(expert, drafters, prompts[:settings.cost_prompts], repeats=settings.timing_repeats)
+    seconds["costs"] = time.perf_counter() - start
+    return {"settings": asdict(settings), "command": command, "machine": machine_info(expert.device),
+            "seconds": seconds, "train_tokens": distill.count_tokens(data.train_examples),
+            "coverage": {"validation": train_head.coverage(data.valid_sequences, data.vocab),
+                         "held_out": held_out_coverage(runs["head"]["greedy"], data.vocab)},
+            "drafters": {name: {"parameters": (drafters[name].n_parameters if isinstance(drafters[name], DraftHead)
+                                               else count_parameters(drafters[name])),
+                                "readout_rows": len(data.vocab) if name != "draft" else expert.config.vocab_size,
+                                "valid_top1": trained[name][1][-1]["valid_top1"] if trained[name][1] else None,
+                                "c": c[name], "runs": runs[name]}
+                         for name in DRAFTERS}}
+
+
+# --------------------------------------------------------------------------------------------- summary
+def _alphas(runs: Sequence[dict]) -> list[float | None]:
+    return [r["alpha"] if r["alpha"] is not None and r["alpha"] == r["alpha"] else None for r in runs]
+
+
+def _interval(values: Sequence[float | None]) -> Interval:
+    return mean_of([v for v in values if v is not None])
+
+
+def summary(result: dict) -> dict:
+    """Per drafter: α (T = 1) and greedy agreement with their intervals over prompts, α by depth (T = 1), tokens per
+    expert call (greedy), the median c; per contrast: the paired difference of α and of the agreement, prompt by
+    prompt (prompts where either drafter judged nothing are left out)."""
+    drafters = {}
+    for name, d in result["drafters"].items():
+        greedy = d["runs"]["greedy"]
+        drafters[name] = {
+            "alpha": _interval(_alphas(d["runs"]["sampled"])), "agreement": _interval(_alphas(greedy)),
+            "alpha_by_depth": depth_acceptance(c for r in d["runs"]["sampled"] for c in r["rounds"]),
+            "tokens_per_call": sum(len(r["tokens"]) for r in greedy) / sum(r["expert_calls"] for r in greedy),
+            "c": median(d["c"]), "parameters": d["parameters"], "readout_rows": d["readout_rows"]}
+    contrasts = {}
+    for contrast, (a, b) in CONTRASTS.items():
+        contrasts[contrast] = {}
+        for mode, key in (("sampled", "alpha"), ("greedy", "agreement")):
+            pairs = zip(_alphas(result["drafters"][a]["runs"][mode]), _alphas(result["drafters"][b]["runs"][mode]),
+                        strict=True)
+            contrasts[contrast][key] = mean_of([x - y for x, y in pairs if x is not None and y is not None])
+        contrasts[contrast]["c_ratio"] = drafters[a]["c"] / drafters[b]["c"]
+    return {"drafters": drafters, "contrasts": contrasts}
+
+
+def _cell(i: Interval) -> str:
+    return f"{i.mean:.3f} [{i.low:.3f}, {i.high:.3f}]"
+
+
+def markdown_table(result: dict) -> str:
+    """One row per drafter: what it reads, its readout, c, α, agreement, α by depth, tokens per expert call."""
+    s = summary(result)
+    reads = {"head": "f_t, x_{t+1}", "token-only head": "x_{t+1}", "draft": "tokens", "draft over V_draft": "tokens"}
+    lines = ["| drafter | reads | readout rows | trained parameters | c | α (T = 1) | greedy agreement | "
+             "α by depth 1, 2, 3 | tokens per expert call |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, d in s["drafters"].items():
+        depth = ", ".join(f"{a:.2f}" for a in d["alpha_by_depth"][:3])
+        lines.append(f"| {name} | {reads[name]} | {d['readout_rows']:,} | {d['parameters'] / 1e6:.1f}M | "
+                     f"{d['c']:.3f} | {_cell(d['alpha'])} | {_cell(d['agreement'])} | {depth} | "
+                     f"{d['tokens_per_call']:.2f} |")
+    return "\n".join(lines)
+
+
+def contrast_text(result: dict) -> str:
+    """The two contrasts in words, with their paired intervals over prompts."""
+    s = summary(result)["contrasts"]
+    f, t = s["features"], s["trimming"]
+    return (f"features (head − token-only head): α {f['alpha'].mean:+.3f} [{f['alpha'].low:+.3f}, "
+            f"{f['alpha'].high:+.3f}], greedy agreement {f['agreement'].mean:+.3f} [{f['agreement'].low:+.3f}, "
+            f"{f['agreement'].high:+.3f}] over {f['alpha'].n} prompts, at {f['c_ratio']:.2f}× the c\n"
+            f"trimming (draft over V_draft − draft): α {t['alpha'].mean:+.3f} [{t['alpha'].low:+.3f}, "
+            f"{t['alpha'].high:+.3f}], greedy agreement {t['agreement'].mean:+.3f} [{t['agreement'].low:+.3f}, "
+            f"{t['agreement'].high:+.3f}] over {t['alpha'].n} prompts, at {t['c_ratio']:.2f}× the c")
+
+
+def readme_row(result: dict) -> str:
+    """The README's row for a result file (a test checks that the README holds it verbatim)."""
+    st, s = result["settings"], summary(result)
+    what = (f"**the head's lesson, isolated** (notebook 07; four drafters trained alike: the expert's continuations of "
+            f"{st['n_prompts']:,} training prompts, {st['epochs']:g} epochs, one V_draft of {st['draft_vocab']:,}; "
+            f"{st['eval_prompts']} held-out chat requests, chat template, EOS on, up to {st['eval_tokens']} tokens, "
+            f"γ = {st['gamma']}; one run; α at T = 1 [95 % CI over requests], c the median over "
+            f"{st['cost_prompts']} requests)")
+    drafters = "; ".join(f"{name}: α {_cell(d['alpha'])}, c {d['c']:.3f}" for name, d in s["drafters"].items())
+    contrasts = "; ".join(f"{name} ({a} − {b}): α {c['alpha'].mean:+.3f} [{c['alpha'].low:+.3f}, "
+                          f"{c['alpha'].high:+.3f}] at {c['c_ratio']:.2f}× the c"
+                          for (name, c), (a, b) in zip(s["contrasts"].items(), CONTRASTS.values(), strict=True))
+    return f"| {what} | {result['machine']['cpu_kind']} | {drafters} — {contrasts} | `{result['command']}` |"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m helpers.ablation", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=None, help="the result file (JSON); required unless --show")
+    parser.add_argument("--show", type=Path, default=None, help="print the table of an existing result file")
+    parser.add_argument("--quick", action="store_true", help="every stage in a few minutes, no intervals")
+    parser.add_argument("--work", type=Path, default=None, help="resumable work folder (default output/ablation)")
+    default = AblationSettings()
+    for name, value in asdict(default).items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=None,
+                            help=f"default {value} ({getattr(QUICK, name)} with --quick)")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    if args.show is not None:
+        result = read_json(args.show.resolve())
+        print(markdown_table(result))
+        print(contrast_text(result))
+        print(readme_row(result))
+        return
+    if args.out is None:
+        parser.error("give --out FILE (e.g. data/results/ablation-<cpu>.json), or --show FILE")
+    settings = dataclasses.replace(QUICK if args.quick else default)
+    for name in asdict(default):
+        if getattr(args, name) is not None:
+            setattr(settings, name, getattr(args, name))
+    work = args.work or Path("output/ablation-quick" if args.quick else "output/ablation")
+    pair = load_pair("pocket", amateur="early-exit")
+    command = "python -m helpers.ablation " + " ".join(shlex.quote(a) for a in (argv if argv is not None
+                                                                                else sys.argv[1:]))
+    result = run(pair.expert, pair.tokenizer, settings, work=work, encode=pair.encode_chat, command=command.strip(),
+                 progress=not args.no_progress)
+    write_json(result, args.out)
+    print(f"wrote {args.out}")
+    if settings.eval_prompts >= 20:
+        print(markdown_table(result))
+        print(contrast_text(result))
+
+
+if __name__ == "__main__":
+    main()
