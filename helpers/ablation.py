@@ -396,7 +396,8 @@ def contrast_text(result: dict) -> str:
 def readme_row(result: dict) -> str:
     """The README's row for a result file (a test checks that the README holds it verbatim)."""
     st, s = result["settings"], summary(result)
-    what = (f"**the head's lesson, isolated** (notebook 07; four drafters trained on the same data, split, epochs and seed: the expert's continuations of "
+    what = (f"**the head's lesson, isolated** (notebook 07; four drafters trained on the same data, split, epochs "
+            f"and seed: the expert's continuations of "
             f"{st['n_prompts']:,} training prompts, {st['epochs']:g} epochs, one V_draft of {st['draft_vocab']:,}; "
             f"{st['eval_prompts']} held-out chat requests, chat template, EOS on, up to {st['eval_tokens']} tokens, "
             f"γ = {st['gamma']}; one run; α at T = 1 [95 % CI over requests], c the median over "
