@@ -134,8 +134,9 @@ def test_the_contrast_from_the_wrong_position_fails_the_exact_check(exact_pair, 
 
 
 SCD_RUNS = 20_000
-"""The real-sampler check of SCD runs 20,000 seeded runs (81 s in one run on a 2-core AMD EPYC), where the other decoders' run
-:data:`test_decoding.N_RUNS` (3,000): its TV noise bound shrinks as 1/√n, to about 0.4 of 3,000 runs' bound."""
+"""The real-sampler check of SCD runs 20,000 seeded runs (81 s in one run on a 2-core AMD EPYC), where the other
+decoders' run :data:`test_decoding.N_RUNS` (3,000): its TV noise bound shrinks as 1/√n, to about 0.4 of 3,000 runs'
+bound."""
 
 
 def test_the_real_sampler_matches_p_cd(tiny_pair, prompt, one_thread):
