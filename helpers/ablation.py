@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import random
 import shlex
 import sys
@@ -333,7 +334,8 @@ def run(expert: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: A
 
 # --------------------------------------------------------------------------------------------- summary
 def _alphas(runs: Sequence[dict]) -> list[float | None]:
-    return [r["alpha"] if r["alpha"] is not None and r["alpha"] == r["alpha"] else None for r in runs]
+    """Each run's α; None where it judged no draft (NaN in memory, null in the file)."""
+    return [None if r["alpha"] is None or math.isnan(r["alpha"]) else r["alpha"] for r in runs]
 
 
 def _interval(values: Sequence[float | None]) -> Interval:
