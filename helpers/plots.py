@@ -436,7 +436,7 @@ def head_architecture(*, hidden: int, layers: int, vocab: int, draft_vocab: int)
     blue, orange, grey = "#c6dbef", "#fdd0a2", "#e5e5e5"
     fig, ax = plt.subplots(figsize=(11, 5.2))
     _box(ax, 0.2, 0.3, 2.6, 0.6, r"tokens $x_0 \ldots x_t$", grey)
-    _box(ax, 0.2, 1.3, 2.6, 1.6, f"expert: embedding +\n{layers} decoder layers\n+ final norm\n(d = {hidden})", blue)
+    _box(ax, 0.2, 1.3, 2.6, 1.6, f"expert: embedding +\n{layers} decoder layers\n+ final norm\n(hidden {hidden})", blue)
     _box(ax, 0.2, 3.3, 2.6, 0.6, r"feature $f_t$", blue)
     _box(ax, 0.2, 4.3, 2.6, 0.6, f"LM head ({vocab:,} rows)\n→ $p(x_{{t+1}})$", blue, fontsize=8)
     _arrow(ax, (1.5, 0.9), (1.5, 1.3))

@@ -4,8 +4,9 @@
 ``python -m helpers.speed --out data/results/speed-<cpu>.json [--runs 2] [--kernels eager] [--dtype fp32]`` writes one
 file per CPU and execution path of the models (:mod:`helpers.kernels`; ``--dtype bf16``: bf16 weights, a different
 expert, where the CPU has bf16 instructions) with its command, settings, machine and every raw number,
-in three phases (``--show`` prints an existing file's table and README row; ``--quick`` runs every phase on two
-prompts with a few tokens):
+in three phases (``--show`` prints an existing file's table and README row; ``--add-run`` appends one more
+evaluation run to an existing file, on a machine of the same CPU kind; ``--quick`` runs every phase on two prompts
+with a few tokens):
 
 1. **costs** (:func:`context_costs`): on the first ``--cost-prompts`` evaluation prompts, each extended by 0, 32 and
    64 tokens, the seconds of an expert pass over n = 1..16 new tokens, of a step of the distilled draft and of a
@@ -209,20 +210,30 @@ def load(kernels: str, dtype: str = "fp32") -> tuple[Pair, DraftHead]:
 
 def path_name(settings: dict) -> str:
     """``"fp32 eager"``, ``"bf16 eager"``, ``"fp32 prepacked"``: the weights' dtype and the kernels of a result file
-    (files recorded before ``--dtype`` existed are fp32)."""
+    (files recorded before ``--dtype`` existed are fp32); ``"int8"`` for the int8 path, whose weights are int8
+    whatever ``dtype`` says (the kernels table's name)."""
+    if settings.get("kernels") == "int8":
+        return "int8"
     return f"{settings.get('dtype', 'fp32')} {settings.get('kernels', 'eager')}"
 
 
-def evaluate_run(out: Path, run: int) -> None:
-    """Phase 3, one run (called in its own process by :func:`main`): appends its records to ``out``."""
+def evaluate_run(out: Path, run: int, command: str | None = None) -> None:
+    """Phase 3, one run (called in its own process by :func:`main`, or by ``--add-run``, whose ``command`` the run
+    keeps): appends its records, machine and date to ``out``."""
     result = json.loads(out.read_text())
     s = result["settings"]
+    machine = machine_info("cpu")
+    if machine["cpu_kind"] != result["machine"]["cpu_kind"]:
+        raise ValueError(f"{out} was measured on {result['machine']['cpu_kind']}, this machine is "
+                         f"{machine['cpu_kind']}: a file holds one CPU kind; write a new --out file here")
     pair, head = load(s.get("kernels", "eager"), s.get("dtype", "fp32"))
     reference = None if path_name(s) == "fp32 eager" else load("eager")[0]
     configs = evaluation_configs(pair, head, result["selected"], s["max_new_tokens"], reference)
     started = time.time()
     records = timed_runs(configs, encoded(pair, result["evaluation_prompts"]), rounds=s["rounds"], seed=1000 + run)
-    result.setdefault("runs", []).append({"run": run, "seconds": time.time() - started, "records": records})
+    result.setdefault("runs", []).append({"run": run, "seconds": time.time() - started, "machine": machine,
+                                          "date": time.strftime("%Y-%m-%d", time.gmtime()),
+                                          **({"command": command} if command else {}), "records": records})
     out.write_text(json.dumps(result, indent=1) + "\n")
 
 
@@ -238,6 +249,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.add_argument(f"--{key.replace('_', '-')}", type=int, default=None, help=f"default {value}")
     parser.add_argument("--show", action="store_true",
                         help="print the table and the README row of an existing --out file, measure nothing")
+    parser.add_argument("--add-run", action="store_true",
+                        help="append one more independent evaluation run to an existing --out file (same CPU kind)")
     parser.add_argument("--evaluate-run", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.show:
@@ -246,6 +259,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     if args.evaluate_run is not None:
         evaluate_run(args.out, args.evaluate_run)
+        return
+    if args.add_run:
+        evaluate_run(args.out, len(json.loads(args.out.read_text())["runs"]),
+                     f"python -m helpers.speed --out {args.out} --add-run")
+        print(markdown_table(json.loads(args.out.read_text())))
         return
     settings = {**DEFAULTS, **(QUICK if args.quick else {}),
                 **{k: getattr(args, k) for k in DEFAULTS if getattr(args, k) is not None}}
@@ -347,6 +365,12 @@ def reference_text(s: dict) -> str:
     return "greedy, over naive decoding with the fp32 eager expert in the same rounds: " + "; ".join(cells)
 
 
+def commands(result: dict) -> str:
+    """The file's command in backticks, then that of every run added later with ``--add-run``."""
+    added = [run["command"] for run in result.get("runs", []) if "command" in run]
+    return " then ".join(f"`{command}`" for command in [result["command"], *added])
+
+
 def speedup_text(entry: dict) -> str:
     """``0.74× [0.71, 0.77] (runs 0.73×, 0.75×)``, or only the runs' means below :data:`MIN_PROMPTS` prompts."""
     runs = ", ".join(f"{s:.2f}×" for s in entry["speedup_per_run"])
@@ -386,7 +410,7 @@ def markdown_table(result: dict) -> str:
               f"{len(result['selection_prompts'])} other prompts ({st['select_tokens']} tokens, 1 timing round)",
               f"- {result['machine']['cpu_kind']}, {result['machine']['threads']} threads"
               + ("" if path_name(st) == "fp32 eager" else f", the {path_name(st)} path (helpers.kernels)")
-              + f"; `{result['command']}`"]
+              + f"; {commands(result)}"]
     if reference_text(s):
         lines.append(f"- {reference_text(s)}")
     return "\n".join(lines)
@@ -412,7 +436,7 @@ def readme_row(result: dict) -> str:
     """The README's row for this result file (a test checks that the README holds it verbatim)."""
     s = summary(result)
     st = result["settings"]
-    exact = st.get("dtype", "fp32") == "fp32"
+    exact = path_name(st).startswith("fp32")
 
     def cell(drafter: str, gamma: int | str, temperature: float) -> str:
         entry = s[config_name(drafter, gamma, temperature)]
@@ -434,7 +458,7 @@ def readme_row(result: dict) -> str:
             + ("" if eager else f" on the same {path_name(st)} path") + ", pooled [95 % CI] and each run)")
     if reference_text(s):
         parts.append(reference_text(s))
-    return f"| {what} | {result['machine']['cpu_kind']} | {' — '.join(parts)} | `{result['command']}` |"
+    return f"| {what} | {result['machine']['cpu_kind']} | {' — '.join(parts)} | {commands(result)} |"
 
 
 if __name__ == "__main__":

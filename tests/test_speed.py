@@ -177,3 +177,23 @@ def test_the_readme_row_names_the_notebooks_that_read_the_file():
     result["command"] = "python -m helpers.speed --out data/results/speed-epyc-avx512.json"
     assert speed.notebooks_reading(result) == "notebooks 04, 05, 07"
     assert "one protocol** (notebooks 04, 05, 07; 20 held-out" in speed.readme_row(result)
+
+
+def test_the_int8_path_is_named_as_in_the_kernels_table():
+    assert speed.path_name({}) == "fp32 eager"
+    assert speed.path_name({"dtype": "bf16", "kernels": "eager"}) == "bf16 eager"
+    assert speed.path_name({"dtype": "fp32", "kernels": "int8"}) == "int8"
+
+
+def test_a_run_is_added_only_on_the_files_cpu_kind(tmp_path, monkeypatch):
+    out = tmp_path / "speed.json"
+    out.write_text(json.dumps({"settings": {}, "machine": {"cpu_kind": "Some CPU (AVX2)"}, "runs": []}))
+    monkeypatch.setattr(speed, "machine_info", lambda device: {"cpu_kind": "Other CPU (AVX512)"})
+    monkeypatch.setattr(speed, "load", lambda *args: pytest.fail("refuse before loading the models"))
+    with pytest.raises(ValueError, match=r"measured on Some CPU \(AVX2\), this machine is Other CPU"):
+        speed.main(["--out", str(out), "--add-run"])
+
+
+def test_a_files_commands_list_every_added_run():
+    result = {"command": "python -m helpers.speed --out x.json", "runs": [{"run": 0}, {"run": 1, "command": "add"}]}
+    assert speed.commands(result) == "`python -m helpers.speed --out x.json` then `add`"
