@@ -12,14 +12,16 @@ How it is timed, for every prompt:
 2. each drafter's cost ratio c and the verification costs r(d) (:func:`helpers.timing.drafter_costs`), over
    :data:`COST_ROUNDS_PER_REPEAT` × ``repeats`` interleaved rounds on the first prompt;
 3. ``repeats`` rounds in which every configuration generates exactly ``max_new_tokens`` tokens, EOS disabled, in
-   a fixed order (:func:`helpers.timing.interleaved`); speedups are per-round time ratios against ``naive``;
+   an order shuffled anew every round (:func:`helpers.timing.interleaved`); speedups are per-round time ratios
+   against ``naive``, and every raw time is kept (``raw_seconds``: per prompt, per configuration, per round);
 4. one temperature-1 speculative run per prompt, for α at T = 1.
 
 At temperature 0 (the default) all methods produce the same text, so only the time differs. The result also holds
 α and two speedups next to the measured one: E[tokens] / (γ·c + r(γ)) from α (constant γ), and
 n / Σ_rounds (d·c + r(d)) from the counted draft lengths (:func:`helpers.timing.speedup_from_counts`, every
 drafter of ours). The tutorial's later speed numbers use the stricter protocol of :mod:`helpers.protocol`
-(shuffled rounds, raw records, several runs); this benchmark's committed files predate it (README).
+(held-out requests, costs at several context lengths, γ selected on other prompts, several runs); this benchmark's
+committed files predate it, and also the shuffled order and the raw times (README).
 """
 
 from __future__ import annotations
@@ -224,6 +226,7 @@ def run_benchmark(pair: Pair, prompts: Sequence[Prompt], gammas: Sequence[int], 
         return runners(pair, input_ids, configs, tokens, temperature, seed, outputs, self_drafter, head,
                        confidence_threshold)
 
+    raw: list[dict[str, list[float]]] = []
     bar = tqdm(total=(1 + repeats * len(encoded)) * len(names) + len(encoded), desc="bench", unit="run",
                disable=not progress)
     with quiet_transformers():
@@ -237,8 +240,10 @@ def run_benchmark(pair: Pair, prompts: Sequence[Prompt], gammas: Sequence[int], 
         for index, input_ids in enumerate(encoded):  # 3.
             bar.set_postfix_str(f"prompt {index + 1}/{len(encoded)}")
             outputs: dict[str, list] = {name: [] for name in names}
-            times = interleaved(runs_for(input_ids, n, outputs), repeats, warmup=0, on_run=lambda _name: bar.update())
+            times = interleaved(runs_for(input_ids, n, outputs), repeats, warmup=0, on_run=lambda _name: bar.update(),
+                                seed=seed + index)
             timed.add_prompt(times, outputs, n)
+            raw.append(times)
         bar.set_postfix_str("alpha at T=1")  # 4. (at T=0, β is only 0/1 agreement)
         t1_runs = []
         for index, input_ids in enumerate(encoded):
@@ -279,6 +284,7 @@ def run_benchmark(pair: Pair, prompts: Sequence[Prompt], gammas: Sequence[int], 
             "ours_speculative_over_hf_assisted": {gamma: median(v) for gamma, v in timed.spec_over_hf.items()},
             "note": "time ratios per interleaved round, then median; < 1 means ours is faster",
         },
+        "raw_seconds": raw,
         "wall_s": time.perf_counter() - started,
     }
 

@@ -360,8 +360,9 @@ def reference_text(s: dict) -> str:
     for name in names:
         versus = s[name]["versus_reference"]
         label = name.removesuffix(" T=0")
-        cells.append(f"{label} {versus['pooled'].mean:.2f}× [{versus['pooled'].low:.2f}, {versus['pooled'].high:.2f}]"
-                     if versus else f"{label} (no interval from fewer than {MIN_PROMPTS} prompts)")
+        pooled = versus["pooled"] if versus else None
+        cells.append(f"{label} {pooled.mean:.2f}× [{bound(pooled.low)}, {bound(pooled.high)}]"
+                     if pooled else f"{label} (no interval from fewer than {MIN_PROMPTS} prompts)")
     return "greedy, over naive decoding with the fp32 eager expert in the same rounds: " + "; ".join(cells)
 
 
@@ -371,13 +372,19 @@ def commands(result: dict) -> str:
     return " then ".join(f"`{command}`" for command in [result["command"], *added])
 
 
+def bound(x: float) -> str:
+    """Two decimals, three where two would print a bound that is not 1 as 1.00 (which side of 1 it lies on is the
+    claim an interval makes)."""
+    return f"{x:.3f}" if f"{x:.2f}" == "1.00" and round(x, 3) != 1 else f"{x:.2f}"
+
+
 def speedup_text(entry: dict) -> str:
     """``0.74× [0.71, 0.77] (runs 0.73×, 0.75×)``, or only the runs' means below :data:`MIN_PROMPTS` prompts."""
     runs = ", ".join(f"{s:.2f}×" for s in entry["speedup_per_run"])
     if entry["speedup"] is None:
         return f"runs {runs} (no interval from fewer than {MIN_PROMPTS} prompts)"
     pooled = entry["speedup"]["pooled"]
-    return f"{pooled.mean:.2f}× [{pooled.low:.2f}, {pooled.high:.2f}] (runs {runs})"
+    return f"{pooled.mean:.2f}× [{bound(pooled.low)}, {bound(pooled.high)}] (runs {runs})"
 
 
 def markdown_table(result: dict) -> str:

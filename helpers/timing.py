@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -27,17 +28,24 @@ from transformers import DynamicCache, PreTrainedModel
 
 # ------------------------------------------------------------------------------------------- timing
 def interleaved(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1, *,
-                on_run: Callable[[str], None] | None = None) -> dict[str, list[float]]:
+                on_run: Callable[[str], None] | None = None, seed: int | None = 0) -> dict[str, list[float]]:
     """Run every function once per round, round after round, and return the seconds of each timed run by name.
 
-    The first ``warmup`` rounds are run but not recorded. ``on_run(name)`` is called after every run, outside
-    the timed region (a progress bar, say).
+    Every round runs the functions in an order shuffled anew (``random.Random(seed)``, as in
+    :func:`helpers.protocol.timed_runs`), so that a drift of the machine does not always hit the same function
+    first; ``seed=None`` keeps the dict's order in every round. The first ``warmup`` rounds are run but not
+    recorded. ``on_run(name)`` is called after every run, outside the timed region (a progress bar, say).
     """
     if repeats < 1 or warmup < 0:
         raise ValueError(f"need repeats >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
+    rng = None if seed is None else random.Random(seed)
     times: dict[str, list[float]] = {name: [] for name in fns}
     for round_ in range(warmup + repeats):
-        for name, fn in fns.items():
+        order = list(fns)
+        if rng is not None:
+            rng.shuffle(order)
+        for name in order:
+            fn = fns[name]
             start = time.perf_counter()
             fn()
             elapsed = time.perf_counter() - start

@@ -42,7 +42,7 @@ from helpers.kernels import KERNELS
 from helpers.machine import machine_info
 from helpers.models import Pair
 from helpers.protocol import MIN_PROMPTS, Decoder, mean_speedup, speedup, timed_runs
-from helpers.speed import DTYPES, load, notebooks_reading, path_name, same_text, split
+from helpers.speed import DTYPES, bound, load, notebooks_reading, path_name, same_text, split
 from helpers.timing import ForwardStep, interleaved, median
 
 
@@ -484,17 +484,11 @@ def decode_summary(result: dict) -> list[dict]:
     return rows
 
 
-def _bound(x: float) -> str:
-    """Two decimals, three where two would print a bound that is not 1 as 1.00 (which side of 1 it lies on is the
-    claim an interval makes)."""
-    return f"{x:.3f}" if f"{x:.2f}" == "1.00" and round(x, 3) != 1 else f"{x:.2f}"
-
-
 def ratio_text(ratio: Interval | float, prompts: int) -> str:
     """``1.16× [1.12, 1.21]`` (``1.06× [1.003, 1.12]`` near 1), or a point estimate labelled as such (fewer than
     MIN_PROMPTS requests)."""
     if isinstance(ratio, Interval):
-        return f"{ratio.mean:.2f}× [{_bound(ratio.low)}, {_bound(ratio.high)}]"
+        return f"{ratio.mean:.2f}× [{bound(ratio.low)}, {bound(ratio.high)}]"
     return f"{ratio:.2f}× (point estimate, {prompts} requests)"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from types import SimpleNamespace
 
 import pytest
@@ -84,6 +85,15 @@ def test_timings_and_ratios_are_positive_and_finite(result):
     assert all(finite_positive(v) for v in ratios["ours_speculative_over_hf_assisted"].values())
     assert finite_positive(result["cost"]["c"])
     assert list(result["cost"]["r"]) == GAMMAS and all(finite_positive(v) for v in result["cost"]["r"].values())
+
+
+def test_every_raw_time_is_kept(result):
+    raw = result["raw_seconds"]
+    assert len(raw) == len(PROMPTS), "one entry per prompt"
+    names = {row["name"] for row in result["configurations"]}
+    assert all(set(per_prompt) == names and all(len(t) == REPEATS for t in per_prompt.values()) for per_prompt in raw)
+    per_token = [t / N for per_prompt in raw for t in per_prompt["naive"]]
+    assert statistics.median(per_token) == pytest.approx(rows(result)["naive"]["per_token_s"]["median"])
 
 
 def test_speculative_statistics(result):

@@ -68,15 +68,23 @@ def test_predicted_speedup():
 
 
 # ------------------------------------------------------------------------------------- interleaving
-def test_interleaved_runs_round_robin_and_drops_warmup():
+def test_interleaved_shuffles_every_round_and_drops_warmup():
     calls: list[str] = []
     after: list[str] = []
     fns = {name: (lambda name=name: calls.append(name)) for name in ("a", "b", "c")}
     times = interleaved(fns, repeats=3, warmup=2, on_run=after.append)
-    assert calls == ["a", "b", "c"] * 5  # repeats + warmup rounds, each function once per round
+    rounds = [calls[i:i + 3] for i in range(0, len(calls), 3)]
+    assert len(rounds) == 5 and all(sorted(r) == ["a", "b", "c"] for r in rounds)  # each function once per round
+    assert len({tuple(r) for r in rounds}) > 1, "the order changes between rounds"
     assert after == calls
     assert set(times) == {"a", "b", "c"}
     assert all(len(t) == 3 and all(s >= 0 for s in t) for t in times.values())
+
+
+def test_interleaved_without_a_seed_keeps_round_robin():
+    calls: list[str] = []
+    interleaved({name: (lambda name=name: calls.append(name)) for name in "ab"}, repeats=2, warmup=0, seed=None)
+    assert calls == ["a", "b", "a", "b"]
 
 
 def test_interleaved_default_warmup_and_checks():
