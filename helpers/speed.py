@@ -351,7 +351,7 @@ def measured_reference(runs: Sequence[Sequence[dict]]) -> bool:
 
 
 def reference_text(s: dict) -> str:
-    """Greedy, against naive decoding with the fp32 eager expert in the same rounds: ``naive 2.1× [...]; head …``
+    """Greedy, against naive decoding with the fp32 eager expert in the same timing rounds: ``naive 2.1× [...]; head …``
     (empty where the file has no :data:`REFERENCE`)."""
     names = [config_name("naive", 0, 0.0)] + [config_name(d, g, 0.0) for d, g in s["selected"]["T=0"].items()]
     if not all("versus_reference" in s.get(name, {}) for name in names):
@@ -363,7 +363,7 @@ def reference_text(s: dict) -> str:
         pooled = versus["pooled"] if versus else None
         cells.append(f"{label} {pooled.mean:.2f}× [{bound(pooled.low)}, {bound(pooled.high)}]"
                      if pooled else f"{label} (no interval from fewer than {MIN_PROMPTS} prompts)")
-    return "greedy, over naive decoding with the fp32 eager expert in the same rounds: " + "; ".join(cells)
+    return "greedy, over naive decoding with the fp32 eager expert in the same timing rounds: " + "; ".join(cells)
 
 
 def commands(result: dict) -> str:

@@ -163,7 +163,7 @@ def test_another_path_is_also_timed_against_the_fp32_eager_expert_in_the_same_ro
     assert s["naive T=0"]["versus_reference"]["pooled"].mean == pytest.approx(3.0)
     assert s["head γ=3 T=0"]["versus_reference"]["per_run"][0].mean == pytest.approx(6.0), "3 × the head's 2.0×"
     row = speed.readme_row(result)
-    assert "over naive decoding with the fp32 eager expert in the same rounds: naive 3.00× [" in row
+    assert "over naive decoding with the fp32 eager expert in the same timing rounds: naive 3.00× [" in row
     assert "head γ=3 " in row and "fp32 eager expert" in speed.markdown_table(result)
     head = random_head(tiny_text_pair.expert)
     configs = speed.evaluation_configs(tiny_text_pair, head, result["selected"], 4, reference=tiny_text_pair)
