@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from helpers.compare import mean_of
+from helpers.compare import Interval, mean_of
 from helpers.data import EVAL_PROMPTS, read_prompts
 from helpers.decoding import naive, speculative
 from helpers.heads import DraftHead, HeadStep, head_speculative, load_head
@@ -360,9 +360,8 @@ def reference_text(s: dict) -> str:
     for name in names:
         versus = s[name]["versus_reference"]
         label = name.removesuffix(" T=0")
-        pooled = versus["pooled"] if versus else None
-        cells.append(f"{label} {pooled.mean:.2f}× [{bound(pooled.low)}, {bound(pooled.high)}]"
-                     if pooled else f"{label} (no interval from fewer than {MIN_PROMPTS} prompts)")
+        cells.append(f"{label} {interval_text(versus['pooled'])}" if versus
+                     else f"{label} (no interval from fewer than {MIN_PROMPTS} prompts)")
     return "greedy, over naive decoding with the fp32 eager expert in the same timing rounds: " + "; ".join(cells)
 
 
@@ -378,13 +377,18 @@ def bound(x: float) -> str:
     return f"{x:.3f}" if f"{x:.2f}" == "1.00" and round(x, 3) != 1 else f"{x:.2f}"
 
 
+def interval_text(i: Interval) -> str:
+    """``1.16× [1.12, 1.21]``, with :func:`bound` for the ends."""
+    return f"{i.mean:.2f}× [{bound(i.low)}, {bound(i.high)}]"
+
+
 def speedup_text(entry: dict) -> str:
     """``0.74× [0.71, 0.77] (runs 0.73×, 0.75×)``, or only the runs' means below :data:`MIN_PROMPTS` prompts."""
     runs = ", ".join(f"{s:.2f}×" for s in entry["speedup_per_run"])
     if entry["speedup"] is None:
         return f"runs {runs} (no interval from fewer than {MIN_PROMPTS} prompts)"
     pooled = entry["speedup"]["pooled"]
-    return f"{pooled.mean:.2f}× [{bound(pooled.low)}, {bound(pooled.high)}] (runs {runs})"
+    return f"{interval_text(pooled)} (runs {runs})"
 
 
 def markdown_table(result: dict) -> str:

@@ -42,7 +42,7 @@ from helpers.kernels import KERNELS
 from helpers.machine import machine_info
 from helpers.models import Pair
 from helpers.protocol import MIN_PROMPTS, Decoder, mean_speedup, speedup, timed_runs
-from helpers.speed import DTYPES, bound, load, notebooks_reading, path_name, same_text, split
+from helpers.speed import DTYPES, interval_text, load, notebooks_reading, path_name, same_text, split
 from helpers.timing import ForwardStep, interleaved, median
 
 
@@ -488,7 +488,7 @@ def ratio_text(ratio: Interval | float, prompts: int) -> str:
     """``1.16× [1.12, 1.21]`` (``1.06× [1.003, 1.12]`` near 1), or a point estimate labelled as such (fewer than
     MIN_PROMPTS requests)."""
     if isinstance(ratio, Interval):
-        return f"{ratio.mean:.2f}× [{bound(ratio.low)}, {bound(ratio.high)}]"
+        return interval_text(ratio)
     return f"{ratio:.2f}× (point estimate, {prompts} requests)"
 
 
