@@ -7,11 +7,14 @@ machine, and every raw number:
 
 * **acceptance** (counts, not timings): at temperature 1, α under the expert's p and under p_cd for the distilled
   draft and the draft head (notebook 07), α by draft depth and tokens per expert call (:func:`acceptance`);
-* **speed** (this CPU only): greedy decoding, greedy CD and greedy SCD with the draft, timed with the tutorial's
-  protocol (:mod:`helpers.protocol`: warm-up, an order shuffled anew every round, raw records with the other
-  processes' load, intervals only from :data:`MIN_PROMPTS` prompts); the costs c and
-  r(γ) of the cost model on every prompt (:func:`costs`). SCD runs with the draft and with the head as drafter
-  (the amateur supplying the contrast).
+* **selection** (:func:`select`, :func:`chosen`): each drafter's γ, the fastest of :data:`GAMMAS` against plain CD
+  on the selection requests (the odd lines, none of them evaluated), one timing round, unless ``--gamma`` and
+  ``--head-gamma`` fix them;
+* **speed** (this CPU only): greedy decoding, greedy CD and greedy SCD with the draft and with the head as drafter
+  (the amateur supplying the contrast), each SCD at its selected γ, timed with the tutorial's protocol
+  (:mod:`helpers.protocol`: warm-up, an order shuffled anew every round, raw records with the other processes' load,
+  intervals only from :data:`MIN_PROMPTS` prompts); the costs of the cost model on every prompt: c and r(γ)
+  (:func:`costs`) and the head's round costs (:func:`head_costs`).
 
 :func:`summary` turns the raw file into what notebook 08 prints: time per token, paired speedups with 95 %
 bootstrap intervals over prompts (none from fewer than :data:`MIN_PROMPTS`), the cost model's prediction, and the
@@ -46,7 +49,16 @@ from helpers.heads import DraftHead, HeadStep, head_speculative, load_head
 from helpers.machine import machine_info
 from helpers.metrics import token_nll
 from helpers.models import Pair, load_pair
-from helpers.protocol import MIN_PROMPTS, depth_acceptance, round_counts, speedup, timed_runs
+from helpers.protocol import (
+    MIN_PROMPTS,
+    Decoder,
+    depth_acceptance,
+    mean_speedup,
+    round_counts,
+    speedup,
+    timed_runs,
+)
+from helpers.speed import interval_text, split
 from helpers.timing import ForwardStep, cost_ratios, drafter_costs
 
 CD = {"beta": 0.5, "alpha": 0.1}
@@ -145,94 +157,139 @@ def head_costs(pair: Pair, head: DraftHead, prompts: Sequence[torch.Tensor], gam
     return out
 
 
+GAMMAS = (1, 2, 3, 4, 5, 6)
+"""The draft lengths the selection tries, for each drafter (helpers.speed's fixed lengths)."""
+DRAFTERS = {"SCD": None, "SCD, head": "head"}
+"""The two SCD configurations: the amateur drafting, and the draft head of notebook 07 drafting."""
+QUALITY_METRICS = ("diversity", "rep-2", "distinct-2", "mean NLL")
+"""Notebook 04's metrics, each at equal length per request."""
+
+
+def decoder(pair: Pair, head: DraftHead | None, method: str, *, gamma: int = 0, max_new_tokens: int,
+            temperature: float) -> Decoder:
+    """One timed configuration: ``"greedy"`` (the expert alone; naive sampling at T > 0), ``"CD"`` (token by token
+    from p_cd) or ``"SCD"`` (drafting γ tokens with ``head`` where given, else with the amateur), seeded per run
+    where it samples."""
+    def decode(ids: torch.Tensor, seed: int) -> Generation:
+        generator = torch.Generator().manual_seed(seed) if temperature > 0 else None
+        common = {"max_new_tokens": max_new_tokens, "temperature": temperature, "eos_token_id": pair.eos_token_id,
+                  "generator": generator}
+        if method == "greedy":
+            return naive(pair.expert, ids, **common)
+        if method == "CD":
+            return contrastive_sample(pair.expert, pair.amateur, ids, **common, **CD)
+        return speculative_contrastive(pair.expert, pair.amateur, ids, gamma=gamma, head=head, **common, **CD)
+
+    if method not in ("greedy", "CD", "SCD"):
+        raise ValueError(f"method must be 'greedy', 'CD' or 'SCD', got {method!r}")
+    return decode
+
+
+def select(pair: Pair, head: DraftHead, prompts: Sequence[torch.Tensor], *, max_new_tokens: int,
+           temperature: float) -> list[dict]:
+    """The selection runs: plain CD and SCD with each drafter at every γ of :data:`GAMMAS`, one timing round on
+    ``prompts`` (the selection requests, none of which is evaluated); :func:`chosen` reads them."""
+    configs = {"CD": decoder(pair, head, "CD", max_new_tokens=max_new_tokens, temperature=temperature)}
+    for name, drafter in DRAFTERS.items():
+        configs |= {f"{name}, γ = {g}": decoder(pair, head if drafter else None, "SCD", gamma=g,
+                                                max_new_tokens=max_new_tokens, temperature=temperature)
+                    for g in GAMMAS}
+    return timed_runs(configs, prompts, rounds=1)
+
+
+def chosen(records: Sequence[dict]) -> dict[str, int]:
+    """Per drafter, the γ with the highest mean speedup over plain CD in the selection runs (CD's cost does not
+    depend on γ, so this is the fastest γ per token, request by request)."""
+    return {name: max(GAMMAS, key=lambda g, name=name: mean_speedup(records, "CD", f"{name}, γ = {g}"))
+            for name in DRAFTERS}
+
+
+def selection_table(result: dict) -> str:
+    """Notebook 08's selection table: per γ, each drafter's mean speedup over CD on the selection requests (no
+    interval: fewer than :data:`MIN_PROMPTS` requests, one timing round), the chosen γ in bold."""
+    records, picked = result["selection_runs"], result["selected"]
+    rows = ["| γ | " + " | ".join(f"{name} vs CD (mean over requests)" for name in DRAFTERS) + " |",
+            "|---:|" + "---:|" * len(DRAFTERS)]
+    for g in GAMMAS:
+        cells = [f"{mean_speedup(records, 'CD', f'{name}, γ = {g}'):.2f}×" for name in DRAFTERS]
+        cells = [f"**{c}**" if picked[name] == g else c for c, name in zip(cells, DRAFTERS, strict=True)]
+        rows.append(f"| {g} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--prompts", type=int, default=MIN_PROMPTS, help="every other evaluation prompt, this many")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--acceptance-tokens", type=int, default=64)
-    parser.add_argument("--gamma", type=int, default=2, help="the amateur's γ in the timed runs")
-    parser.add_argument("--head-gamma", type=int, default=3,
-                        help="the head's γ in the timed runs, and both drafters' γ in the acceptance runs")
+    parser.add_argument("--acceptance-gamma", type=int, default=3, help="both drafters' γ in the acceptance runs")
+    parser.add_argument("--gamma", type=int, default=None,
+                        help="the amateur's γ in the timed runs (default: selected on the selection requests)")
+    parser.add_argument("--head-gamma", type=int, default=None,
+                        help="the head's γ in the timed runs (default: selected on the selection requests)")
+    parser.add_argument("--select-prompts", type=int, default=10, help="selection requests (the odd lines)")
+    parser.add_argument("--select-tokens", type=int, default=32, help="new tokens per selection run")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--temperature", type=float, default=0.0,
-                        help="of the timed runs (0: greedy; > 0: every method samples, seeded per run, and the "
-                             "acceptance runs, already at T = 1 in the greedy file, are skipped)")
+                        help="of the selection and timed runs (0: greedy; > 0: every method samples, seeded per "
+                             "run, and the acceptance runs, already at T = 1 in the greedy file, are skipped)")
     parser.add_argument("--cost-repeats", type=int, default=5)
-    parser.add_argument("--only-costs", action="store_true",
-                        help="re-measure only c and r(γ) into an existing --out file (on an otherwise idle machine)")
-    parser.add_argument("--head-costs", action="store_true",
-                        help="measure the head's round costs (head_costs) at --head-gamma into an existing --out file")
-    parser.add_argument("--rescore", action="store_true",
-                        help="only add the expert's per-token NLL of the greedy and CD texts to an existing --out file")
     parser.add_argument("--retime", type=lambda text: [int(i) for i in text.split(",")], default=None,
                         help="re-time these prompts (e.g. 0,1) of an existing --out file, keeping the replaced records "
                              "under 'disturbed_runs' (for prompts another process disturbed)")
     args = parser.parse_args(argv)
+    if args.temperature < 0:
+        parser.error(f"--temperature must be >= 0, got {args.temperature}")
+    for name in ("gamma", "head_gamma", "acceptance_gamma"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     command = "python -m helpers.scd " + " ".join(sys.argv[1:] if argv is None else argv)
     pair, started = load_pair("pocket"), time.time()
     head = load_head(pair.expert)
-    texts = read_prompts(EVAL_PROMPTS)[::2][:args.prompts]
+    selection_texts, texts = split(read_prompts(EVAL_PROMPTS))
+    selection_texts, texts = selection_texts[:args.select_prompts], texts[:args.prompts]
     prompts = [pair.encode_chat(t) for t in texts]
-    if args.rescore:
-        result = json.loads(args.out.read_text())
-        result["nll"] = likelihoods(pair, prompts, result["runs"])
-        result["rescore_command"], result["rescore_machine"] = command, machine_info(pair.device)
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
-        return
-    if args.head_costs:
-        result = json.loads(args.out.read_text())
-        result["head_costs"] = head_costs(pair, head, prompts, result["settings"]["head_gamma"], args.cost_repeats)
-        result["head_costs_command"], result["head_costs_machine"] = command, machine_info(pair.device)
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
-        return
-    if args.only_costs:
-        result = json.loads(args.out.read_text())
-        result["costs"] = costs(pair, prompts, result["settings"]["gamma"], args.cost_repeats)
-        result["costs_command"] = command
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
-        return
-    if args.temperature < 0:
-        parser.error(f"--temperature must be >= 0, got {args.temperature}")
-    n, eos, t = args.max_new_tokens, pair.eos_token_id, args.temperature
 
-    def seeded(seed: int) -> dict:  # the keyword arguments every method shares; a generator only where it samples
-        generator = torch.Generator().manual_seed(seed) if t > 0 else None
-        return {"max_new_tokens": n, "temperature": t, "eos_token_id": eos, "generator": generator}
+    def configs(gammas: dict[str, int], n: int, t: float) -> dict[str, Decoder]:
+        return {"greedy": decoder(pair, head, "greedy", max_new_tokens=n, temperature=t),
+                "CD": decoder(pair, head, "CD", max_new_tokens=n, temperature=t)} | {
+            name: decoder(pair, head if drafter else None, "SCD", gamma=gammas[name], max_new_tokens=n, temperature=t)
+            for name, drafter in DRAFTERS.items()}
 
-    configs = {
-        "greedy": lambda ids, seed: naive(pair.expert, ids, **seeded(seed)),
-        "CD": lambda ids, seed: contrastive_sample(pair.expert, pair.amateur, ids, **seeded(seed), **CD),
-        "SCD": lambda ids, seed: speculative_contrastive(pair.expert, pair.amateur, ids, gamma=args.gamma,
-                                                         **seeded(seed), **CD),
-        "SCD, head": lambda ids, seed: speculative_contrastive(pair.expert, pair.amateur, ids, gamma=args.head_gamma,
-                                                               head=head, **seeded(seed), **CD),
-    }
     if args.retime is not None:
         result = json.loads(args.out.read_text())
+        st = result["settings"]
+        timed = configs({"SCD": st["gamma"], "SCD, head": st["head_gamma"]}, st["max_new_tokens"],
+                        st["temperature"])
         redone = [{**rec, "prompt": i} for i in args.retime
-                  for rec in timed_runs(configs, [prompts[i]], rounds=result["settings"]["rounds"], seed=i)]
+                  for rec in timed_runs(timed, [prompts[i]], rounds=st["rounds"], seed=i)]
         result["disturbed_runs"] = [rec for rec in result["runs"] if rec["prompt"] in args.retime]
         result["runs"] = [rec for rec in result["runs"] if rec["prompt"] not in args.retime] + redone
         result["retime_command"] = command
         args.out.write_text(json.dumps(result, indent=1) + "\n")
         print(json.dumps(summary(result), indent=1, default=str))
         return
-    result = {
-        "command": command,
-        "settings": {**vars(args), "out": str(args.out), "cd": CD, "prompts_file": EVAL_PROMPTS.name,
-                     "prompt_selection": "every other line, from the first", "chat_template": True, "eos": True},
-        "machine": machine_info(pair.device),
-        "prompts": texts,
-    }
-    if t == 0:
-        result["acceptance"] = acceptance(pair, head, prompts, gamma=args.head_gamma,
+    result: dict = {"command": command, "machine": machine_info(pair.device), "prompts": texts}
+    if args.gamma is None or args.head_gamma is None:
+        result["selection_prompts"] = selection_texts
+        result["selection_runs"] = select(pair, head, [pair.encode_chat(t) for t in selection_texts],
+                                          max_new_tokens=args.select_tokens, temperature=args.temperature)
+        result["selected"] = chosen(result["selection_runs"])
+        args.gamma = args.gamma or result["selected"]["SCD"]
+        args.head_gamma = args.head_gamma or result["selected"]["SCD, head"]
+    result["settings"] = {**vars(args), "out": str(args.out), "cd": CD, "prompts_file": EVAL_PROMPTS.name,
+                          "prompt_selection": "every other line, from the first", "chat_template": True, "eos": True}
+    if args.temperature == 0:
+        result["acceptance"] = acceptance(pair, head, prompts, gamma=args.acceptance_gamma,
                                           max_new_tokens=args.acceptance_tokens)
     result["costs"] = costs(pair, prompts, args.gamma, args.cost_repeats)
-    result["runs"] = timed_runs(configs, prompts, rounds=args.rounds)
+    result["head_costs"] = head_costs(pair, head, prompts, args.head_gamma, args.cost_repeats)
+    result["runs"] = timed_runs(configs({"SCD": args.gamma, "SCD, head": args.head_gamma}, args.max_new_tokens,
+                                        args.temperature), prompts, rounds=args.rounds)
     result["decoded"] = {name: [pair.decode(next(r["tokens"] for r in result["runs"]
                                                  if r["prompt"] == i and r["config"] == name and r["round"] == 0))
-                                for i in range(len(prompts))] for name in configs}
+                                for i in range(len(prompts))] for name in ("greedy", "CD", *DRAFTERS)}
     result["nll"] = likelihoods(pair, prompts, result["runs"])
     result["seconds"] = time.time() - started
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -244,17 +301,19 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def likelihoods(pair: Pair, prompts: Sequence[torch.Tensor], runs: Sequence[dict]) -> dict[str, list[list[float]]]:
-    """The expert's per-token NLL of greedy decoding's and CD's text on every prompt (from the timed runs' tokens),
-    for the quality comparison at equal length (:func:`summary`)."""
+    """The expert's per-token NLL of every method's text on every prompt (from the timed runs' first round), for the
+    quality comparisons at equal length (:func:`summary`)."""
     def tokens(i: int, name: str) -> list[int]:
-        return next(r["tokens"] for r in runs if r["prompt"] == i and r["config"] == name)
+        return next(r["tokens"] for r in runs if r["prompt"] == i and r["config"] == name and r["round"] == 0)
 
     return {name: [token_nll(pair.expert, ids, tokens(i, name)) for i, ids in enumerate(prompts)]
-            for name in ("greedy", "CD")}
+            for name in ("greedy", "CD", *DRAFTERS)}
 
 
 def summary(result: dict) -> dict:
-    """What notebook 08 prints, from a result file: speedups with intervals, the cost model, identity, quality."""
+    """What notebook 08 prints, from a result file: speedups with intervals, the cost model, identity, quality (CD's
+    text against the expert's, paired by prompt at equal length) and, for a sampled file, each SCD's text against
+    CD's (``same_distribution``: differences whose intervals should cover 0, since SCD samples from CD's p_cd)."""
     runs, cost = result["runs"], result["costs"]
     first = {(r["prompt"], r["config"]): r for r in runs if r["round"] == 0}
     n_prompts = len(result["prompts"])
@@ -265,20 +324,21 @@ def summary(result: dict) -> dict:
     c, r_gamma, gamma = float(np.median(cost["c"])), float(np.median(cost["r"])), result["settings"]["gamma"]
     round_cost = gamma * c + r_gamma + c  # γ draft steps, one verification pass, the extra amateur step
     texts = [{"prompt": i, "method": name, "text": result["decoded"][name][i], "nll": result["nll"][name][i]}
-             for name in ("CD", "greedy") for i in range(n_prompts)]  # compared as notebook 04 compares methods
-    quality = {metric: paired_difference(texts, "CD", "greedy", metric, fixed_length=True)
-               for metric in ("diversity", "rep-2", "distinct-2", "mean NLL")}
+             for name in ("greedy", "CD", *DRAFTERS) for i in range(n_prompts)]  # compared as notebook 04 does
+
+    def compared(a: str, b: str) -> dict[str, Interval]:
+        return {metric: paired_difference(texts, a, b, metric, fixed_length=True) for metric in QUALITY_METRICS}
+
+    sampled = result["settings"].get("temperature", 0.0) > 0  # files recorded before --temperature are greedy
     predicted = {"SCD vs greedy": per_call / round_cost, "SCD vs CD": per_call * (1 + c) / round_cost,
                  "CD vs greedy": 1 / (1 + c)}
-    head = None
-    if "head_costs" in result:  # measured later, in its own interleaved run: c there is that run's
-        head = {key: float(np.median(values)) for key, values in result["head_costs"].items()}
-        head["gamma"] = result["settings"]["head_gamma"]
-        head_runs = [r for r in runs if r["config"] == "SCD, head"]
-        head["tokens_per_call"] = sum(len(r["tokens"]) for r in head_runs) / sum(r["expert_calls"] for r in head_runs)
-        head_round = head["gamma"] * head["c_head"] + head["r"] + head["contrast_pass"]
-        predicted |= {"SCD, head vs greedy": head["tokens_per_call"] / head_round,
-                      "SCD, head vs CD": head["tokens_per_call"] * (1 + head["c"]) / head_round}
+    head = {key: float(np.median(values)) for key, values in result["head_costs"].items()}
+    head["gamma"] = result["settings"]["head_gamma"]
+    head_runs = [r for r in runs if r["config"] == "SCD, head"]
+    head["tokens_per_call"] = sum(len(r["tokens"]) for r in head_runs) / sum(r["expert_calls"] for r in head_runs)
+    head_round = head["gamma"] * head["c_head"] + head["r"] + head["contrast_pass"]
+    predicted |= {"SCD, head vs greedy": head["tokens_per_call"] / head_round,
+                  "SCD, head vs CD": head["tokens_per_call"] * (1 + head["c"]) / head_round}
     return {
         "prompts": n_prompts,
         "scd_equals_cd": identical["SCD"], "scd_head_equals_cd": identical["SCD, head"],
@@ -287,7 +347,8 @@ def summary(result: dict) -> dict:
                     "SCD, head vs greedy": speedup(runs, "greedy", "SCD, head")},
         "tokens_per_call": per_call, "c": c, "r": r_gamma, "head": head,
         "predicted": predicted,
-        "quality": quality,
+        "quality": compared("CD", "greedy"),
+        "same_distribution": {name: compared(name, "CD") for name in DRAFTERS} if sampled else None,
     }
 
 
@@ -315,13 +376,46 @@ def costs_text(result: dict) -> str:
     s, st = summary(result), result["settings"]
     text = (f"{s['tokens_per_call']:.2f} tokens per expert call (all SCD tokens / all its expert calls); c = "
             f"{s['c']:.3f}, r({st['gamma']}) = {s['r']:.2f} (medians over the requests)")
-    if s["head"]:  # the head's round cost, timed later in its own interleaved run on the same requests
-        h, gh = s["head"], st["head_gamma"]
-        text += (f"\nhead rows: {h['tokens_per_call']:.2f} tokens per expert call; c_head = {h['c_head']:.3f}, "
-                 f"r({gh}) = {h['r']:.2f}, the amateur's contrast pass over {gh + 1} positions "
-                 f"{h['contrast_pass']:.2f}, c = {h['c']:.3f} (medians; {result['head_costs_machine']['cpu_kind']}, "
-                 f"`{result['head_costs_command']}`)")
+    h, gh = s["head"], st["head_gamma"]  # the head's round cost, timed in its own interleaved run
+    text += (f"\nhead rows: {h['tokens_per_call']:.2f} tokens per expert call; c_head = {h['c_head']:.3f}, "
+             f"r({gh}) = {h['r']:.2f}, the amateur's contrast pass over {gh + 1} positions "
+             f"{h['contrast_pass']:.2f}, c = {h['c']:.3f} (medians over the requests)")
     return text
+
+
+def readme_row(result: dict) -> str:
+    """The README's row for this result file (a test checks that the README holds it verbatim): every measured
+    speedup with its interval, what the cost model explains, the selected γ, and the command."""
+    s, st = summary(result), result["settings"]
+    t = st.get("temperature", 0.0)
+    alone = "greedy decoding" if t == 0 else "naive sampling"
+    sp, explained = s["speedup"], s["predicted"]
+
+    def versus(name: str) -> str:
+        return (f"{interval_text(sp[name + ' vs CD'])} of CD's speed and {interval_text(sp[name + ' vs greedy'])} "
+                f"of {alone}'s (explained: {explained[name + ' vs CD']:.2f}×, {explained[name + ' vs greedy']:.2f}×)")
+
+    same = f"{s['scd_equals_cd']} and {s['scd_head_equals_cd']} of {s['prompts']}"
+    result_text = (f"SCD with the amateur drafting (γ = {st['gamma']}) {versus('SCD')}; with the draft head drafting "
+                   f"(γ = {st['head_gamma']}) {versus('SCD, head')}; CD itself {interval_text(sp['CD vs greedy'])} "
+                   f"of {alone}'s (explained: {explained['CD vs greedy']:.2f}×); {s['tokens_per_call']:.2f} and "
+                   f"{s['head']['tokens_per_call']:.2f} tokens per expert call; SCD wrote CD's text on {same} "
+                   + ("requests" if t == 0 else "requests (the same seed, drawn in another order)"))
+    if "acceptance" in result:
+        alphas, _ = acceptance_summary(result["acceptance"])
+        result_text += (f". Sampled at T = 1 (γ = {st['acceptance_gamma']}, up to {st['acceptance_tokens']} "
+                        f"tokens): α under p_cd {alphas['draft, p_cd'].mean:.3f} for the amateur's drafts and "
+                        f"{alphas['head, p_cd'].mean:.3f} for the head's (under p: {alphas['draft, p'].mean:.3f} "
+                        f"and {alphas['head, p'].mean:.3f})")
+    selection = (f"γ selected per drafter on {len(result['selection_prompts'])} other requests "
+                 f"({st['select_tokens']} tokens, 1 round)" if "selected" in result else "γ fixed by the command")
+    what = (f"**speculative contrastive decoding** (notebook 08; β_CD = {st['cd']['beta']}, α_CD = "
+            f"{st['cd']['alpha']}; {s['prompts']} held-out chat requests, chat template, EOS on, up to "
+            f"{st['max_new_tokens']} tokens, {'greedy' if t == 0 else f'T = {t:g}, each run seeded'}, "
+            f"{st['rounds']} shuffled rounds, one run; {selection}; mean over requests of the per-request "
+            f"speedups [95 % CI])")
+    command = " then ".join(f"`{c}`" for c in [result["command"], result.get("retime_command")] if c)
+    return f"| {what} | {result['machine']['cpu_kind']} | {result_text} | {command} |"
 
 
 if __name__ == "__main__":

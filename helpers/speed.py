@@ -391,6 +391,15 @@ def speedup_text(entry: dict) -> str:
     return f"{interval_text(pooled)} (runs {runs})"
 
 
+def tried_gammas(result: dict) -> str:
+    """The draft lengths the file's selection timed (any drafter, any temperature), e.g. ``1..6 and dynamic``."""
+    timed = {rec["config"] for rec in result["selection_runs"]}
+    tried = [g for g in GAMMAS if any(config_name(d, g, t) in timed for d in DRAFTERS for t in TEMPERATURES)]
+    fixed = [g for g in tried if isinstance(g, int)]
+    text = f"{fixed[0]}..{fixed[-1]}" if fixed == list(range(fixed[0], fixed[-1] + 1)) else ", ".join(map(str, fixed))
+    return text + (" and dynamic" if "dynamic" in tried else "")
+
+
 def markdown_table(result: dict) -> str:
     """Notebooks 05 and 07: per temperature and drafter, the selected γ, the pooled speedup with its interval and
     every run's, α, α by depth, the share kept, tokens per expert call, the explained speedup and the model gap."""
@@ -417,8 +426,9 @@ def markdown_table(result: dict) -> str:
               f"{step_ms:.0f} ms, c: draft {c['draft']:.3f}, head {c['head']:.3f}; "
               f"r(d) for d = {shown[0]}..{shown[-1]}: {r_text}",
               f"- {s['prompts']} evaluation prompts × {st['rounds']} shuffled timing rounds × {s['runs']} runs "
-              f"(separate processes), up to {st['max_new_tokens']} tokens, chat template, EOS on; γ selected on "
-              f"{len(result['selection_prompts'])} other prompts ({st['select_tokens']} tokens, 1 timing round)",
+              f"(separate processes), up to {st['max_new_tokens']} tokens, chat template, EOS on; γ selected among "
+              f"{tried_gammas(result)} on {len(result['selection_prompts'])} other prompts ({st['select_tokens']} "
+              "tokens, 1 timing round)",
               f"- {result['machine']['cpu_kind']}, {result['machine']['threads']} threads"
               + ("" if path_name(st) == "fp32 eager" else f", the {path_name(st)} path (helpers.kernels)")
               + f"; {commands(result)}"]

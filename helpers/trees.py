@@ -468,7 +468,8 @@ def decode_speed(pair: Pair, head: DraftHead, prompts: Sequence[torch.Tensor], *
 def decode_summary(result: dict) -> list[dict]:
     """One row per configuration but naive decoding: its speedup over greedy naive decoding (the protocol's paired
     mean over requests with its interval; a point estimate below :data:`helpers.protocol.MIN_PROMPTS` requests),
-    its tokens per expert call (all its runs pooled) and how many of its runs wrote naive decoding's text."""
+    its tokens per expert call (all its timed decodes pooled) and how many of its timed texts (one per request
+    and timing round) are naive decoding's."""
     records, settings = result["records"], result["settings"]
     timed = {rec["config"] for rec in records}
     names = [name for name in [f"chain γ={gamma}" for gamma in settings["chains"]]
@@ -494,8 +495,8 @@ def ratio_text(ratio: Interval | float, prompts: int) -> str:
 
 def decode_table(result: dict) -> str:
     """:func:`decode_summary` as a Markdown table."""
-    lines = ["| decoder | tokens / expert call | speedup over greedy naive decoding | runs with naive decoding's "
-             "text |",
+    lines = ["| decoder | tokens / expert call | speedup over greedy naive decoding | timed texts equal to naive "
+             "decoding's (one per request and timing round) |",
              "|---|---:|---:|---:|"]
     for row in decode_summary(result):
         ratio = ratio_text(row["speedup"], row["prompts"])

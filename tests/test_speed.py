@@ -84,6 +84,8 @@ def fake_result(n_prompts: int, runs: int = 2) -> dict:
                          "draft": [0.2, 0.2], "head": [0.1, 0.1]}} for i in range(3)]
     return {"costs": rows, "selected": selected, "evaluation_prompts": ["p"] * n_prompts,
             "selection_prompts": ["q"] * 4, "command": "python -m helpers.speed --out x.json",
+            "selection_runs": [{"config": speed.config_name(d, g, t)} for d in speed.DRAFTERS for g in speed.GAMMAS
+                               for t in speed.TEMPERATURES],
             "settings": {"cost_prompts": 3, "rounds": 1, "max_new_tokens": 10, "select_tokens": 8},
             "machine": {"cpu_kind": "a test CPU", "threads": 2},
             "runs": [{"run": k, "records": fake_records(n_prompts, draft_gamma=1, head_gamma=3,
@@ -117,8 +119,14 @@ def test_summary_pools_runs_and_explains_from_the_counted_rounds():
 def test_table_prints_intervals_only_from_enough_prompts():
     table = speed.markdown_table(fake_result(20))
     assert "| head | 0 | 3 | 1.83× [" in table and "(runs 2.00×, 1.67×)" in table and "a test CPU" in table
+    assert "γ selected among 1..6 and dynamic on 4 other prompts" in table
     few = speed.markdown_table(fake_result(3, runs=1))
     assert "no interval from fewer than 20 prompts" in few and "[" not in few.split("\n")[2]
+
+
+def test_the_footer_names_the_draft_lengths_the_selection_tried():
+    result = {"selection_runs": [{"config": speed.config_name("head", g, 0.0)} for g in (1, 2, 4)]}
+    assert speed.tried_gammas(result) == "1, 2, 4"
 
 
 def test_same_text_counts_greedy_runs_that_wrote_naive_decodings_tokens():
