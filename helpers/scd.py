@@ -8,7 +8,8 @@ machine, and every raw number:
 * **acceptance** (counts, not timings): at temperature 1, α under the expert's p and under p_cd for the distilled
   draft and the draft head (notebook 07), α by draft depth and tokens per expert call (:func:`acceptance`);
 * **selection** (:func:`select`, :func:`chosen`): each drafter's γ, the fastest of :data:`GAMMAS` against plain CD
-  on the selection requests (the odd lines, none of them evaluated), one timing round, unless ``--gamma`` and
+  on the selection requests (0-based indices 1, 3, 5, … of the evaluation prompts, none of them
+  timed), one timing round, unless ``--gamma`` and
   ``--head-gamma`` fix them;
 * **speed** (this CPU only): greedy decoding, greedy CD and greedy SCD with the draft and with the head as drafter
   (the amateur supplying the contrast), each SCD at its selected γ, timed with the tutorial's protocol
@@ -159,8 +160,8 @@ def head_costs(pair: Pair, head: DraftHead, prompts: Sequence[torch.Tensor], gam
 
 GAMMAS = (1, 2, 3, 4, 5, 6)
 """The draft lengths the selection tries, for each drafter (helpers.speed's fixed lengths)."""
-DRAFTERS = {"SCD": None, "SCD, head": "head"}
-"""The two SCD configurations: the amateur drafting, and the draft head of notebook 07 drafting."""
+DRAFTERS = {"SCD": False, "SCD, head": True}
+"""The two SCD configurations and whether the draft head of notebook 07 drafts in it (else the amateur drafts)."""
 QUALITY_METRICS = ("diversity", "rep-2", "distinct-2", "mean NLL")
 """Notebook 04's metrics, each at equal length per request."""
 
@@ -190,8 +191,8 @@ def select(pair: Pair, head: DraftHead, prompts: Sequence[torch.Tensor], *, max_
     """The selection runs: plain CD and SCD with each drafter at every γ of :data:`GAMMAS`, one timing round on
     ``prompts`` (the selection requests, none of which is evaluated); :func:`chosen` reads them."""
     configs = {"CD": decoder(pair, head, "CD", max_new_tokens=max_new_tokens, temperature=temperature)}
-    for name, drafter in DRAFTERS.items():
-        configs |= {f"{name}, γ = {g}": decoder(pair, head if drafter else None, "SCD", gamma=g,
+    for name, by_head in DRAFTERS.items():
+        configs |= {f"{name}, γ = {g}": decoder(pair, head if by_head else None, "SCD", gamma=g,
                                                 max_new_tokens=max_new_tokens, temperature=temperature)
                     for g in GAMMAS}
     return timed_runs(configs, prompts, rounds=1)
@@ -228,7 +229,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="the amateur's γ in the timed runs (default: selected on the selection requests)")
     parser.add_argument("--head-gamma", type=int, default=None,
                         help="the head's γ in the timed runs (default: selected on the selection requests)")
-    parser.add_argument("--select-prompts", type=int, default=10, help="selection requests (the odd lines)")
+    parser.add_argument("--select-prompts", type=int, default=10,
+                        help="selection requests (0-based indices 1, 3, 5, …)")
     parser.add_argument("--select-tokens", type=int, default=32, help="new tokens per selection run")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--temperature", type=float, default=0.0,
@@ -254,8 +256,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     def configs(gammas: dict[str, int], n: int, t: float) -> dict[str, Decoder]:
         return {"greedy": decoder(pair, head, "greedy", max_new_tokens=n, temperature=t),
                 "CD": decoder(pair, head, "CD", max_new_tokens=n, temperature=t)} | {
-            name: decoder(pair, head if drafter else None, "SCD", gamma=gammas[name], max_new_tokens=n, temperature=t)
-            for name, drafter in DRAFTERS.items()}
+            name: decoder(pair, head if by_head else None, "SCD", gamma=gammas[name], max_new_tokens=n, temperature=t)
+            for name, by_head in DRAFTERS.items()}
 
     if args.retime is not None:
         result = json.loads(args.out.read_text())

@@ -9,7 +9,9 @@ whatever CPU runs it.
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Callable
 
 from helpers.cbwr import other_regime
 
@@ -25,6 +27,7 @@ from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Whitespace
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
+from helpers.data import RESULTS
 from helpers.heads import DraftHead
 from helpers.models import Pair, load_pair, tiny_random_model
 
@@ -124,3 +127,12 @@ def output_fields(cell: dict) -> list[str]:
     kinds = [o.get("name", o["output_type"]) if o["output_type"] == "stream" else o["output_type"]
              for o in cell.get("outputs", [])]
     return [kind for i, kind in enumerate(kinds) if i == 0 or kind != kinds[i - 1]]
+
+
+def assert_readme_rows(pattern: str, readme_row: Callable[[dict], str]) -> None:
+    """Every committed result file matching ``pattern`` has its rendered README row in the README, verbatim."""
+    files = sorted(RESULTS.glob(pattern))
+    assert files, f"no committed {pattern}"
+    readme = (RESULTS.parent.parent / "README.md").read_text()
+    for path in files:
+        assert readme_row(json.loads(path.read_text())) in readme, f"README: render {path.name}'s row again"

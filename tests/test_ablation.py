@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import pytest
 import torch
-from conftest import word_prompts
+from conftest import assert_readme_rows, word_prompts
 
 from helpers import ablation, distill
 from helpers.compare import Interval
-from helpers.data import RESULTS
 from helpers.decoding import naive, speculative
 from helpers.heads import DraftHead
 
@@ -129,11 +127,7 @@ def test_summary_and_table_from_records():
 
 
 def test_the_readme_holds_the_committed_runs_rows():
-    files = sorted(RESULTS.glob("ablation-*.json"))
-    assert files, "no committed ablation-<cpu>.json"
-    readme = (RESULTS.parent.parent / "README.md").read_text()
-    for path in files:
-        assert ablation.readme_row(json.loads(path.read_text())) in readme, f"README: render {path.name}'s row again"
+    assert_readme_rows("ablation-*.json", ablation.readme_row)
 
 
 def test_the_command_line_asks_for_an_output(capsys):

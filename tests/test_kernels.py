@@ -5,14 +5,13 @@ bytes a step reads, the roofline's arithmetic, and clear errors."""
 from __future__ import annotations
 
 import copy
-import json
 
 import pytest
 import torch
-from conftest import random_head
+from conftest import assert_readme_rows, random_head
 
 from helpers import kernels
-from helpers.data import EVAL_PROMPTS, RESULTS, read_prompts
+from helpers.data import EVAL_PROMPTS, read_prompts
 from helpers.decoding import naive, speculative
 from helpers.heads import head_speculative, load_head
 from helpers.models import count_parameters, load_pair, tiny_random_model
@@ -147,11 +146,7 @@ def test_the_pocket_pair_on_a_path(pocket, path):
 
 
 def test_readme_holds_the_rendered_row_of_every_committed_kernels_file():
-    files = sorted(RESULTS.glob("kernels-*.json"))
-    assert files, "no committed kernels-<cpu>.json"
-    readme = (RESULTS.parent.parent / "README.md").read_text()
-    for path in files:
-        assert kernels.readme_row(json.loads(path.read_text())) in readme, f"README: render {path.name}'s row again"
+    assert_readme_rows("kernels-*.json", kernels.readme_row)
 
 
 def test_bad_paths_get_clear_errors():

@@ -3,14 +3,11 @@ a notebook prints, the picture of one round (the timing protocol itself: tests/t
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
-from conftest import random_head
+from conftest import assert_readme_rows, random_head
 
 from helpers import scd
-from helpers.data import RESULTS
 from helpers.decoding import speculative_contrastive
 from helpers.metrics import token_nll
 
@@ -159,8 +156,4 @@ def test_the_readme_row_renders_every_speedup_with_its_gamma_and_command():
 
 
 def test_readme_holds_the_rendered_row_of_every_committed_scd_file():
-    files = sorted(RESULTS.glob("scd-*.json"))
-    assert files, "no committed scd-<cpu>.json"
-    readme = (RESULTS.parent.parent / "README.md").read_text()
-    for path in files:
-        assert scd.readme_row(json.loads(path.read_text())) in readme, f"README: render {path.name}'s row again"
+    assert_readme_rows("scd-*.json", scd.readme_row)

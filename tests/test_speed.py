@@ -8,10 +8,10 @@ import math
 
 import pytest
 import torch
-from conftest import random_head
+from conftest import assert_readme_rows, random_head
 
 from helpers import speed
-from helpers.data import EVAL_PROMPTS, RESULTS, read_prompts
+from helpers.data import EVAL_PROMPTS, read_prompts
 
 
 def test_selection_and_evaluation_prompts_never_overlap():
@@ -153,11 +153,7 @@ def test_bf16_is_refused_where_the_cpu_would_emulate_it(monkeypatch):
 
 
 def test_readme_holds_the_rendered_row_of_every_committed_speed_file():
-    files = sorted(RESULTS.glob("speed-*.json"))
-    assert files, "no committed speed-<cpu>.json"
-    readme = (RESULTS.parent.parent / "README.md").read_text()
-    for path in files:
-        assert speed.readme_row(json.loads(path.read_text())) in readme, f"README: render {path.name}'s row again"
+    assert_readme_rows("speed-*.json", speed.readme_row)
 
 
 def test_another_path_is_also_timed_against_the_fp32_eager_expert_in_the_same_rounds(tiny_text_pair):
