@@ -374,7 +374,7 @@ def markdown_table(result: dict) -> str:
     s = summary(result)
     reads = {"head": "f_t, x_{t+1}", "token-only head": "x_{t+1}", "draft": "tokens", "draft over V_draft": "tokens"}
     lines = ["| drafter | reads | readout rows | trained parameters | c | α (T = 1) | greedy agreement | "
-             "α by depth 1, 2, 3 | tokens per expert call |", "|---|---|---|---|---|---|---|---|---|"]
+             "α by depth 1, 2, 3 (T = 1) | tokens per expert call |", "|---|---|---|---|---|---|---|---|---|"]
     for name, d in s["drafters"].items():
         depth = ", ".join(f"{a:.2f}" for a in d["alpha_by_depth"][:3])
         lines.append(f"| {name} | {reads[name]} | {d['readout_rows']:,} | {d['parameters'] / 1e6:.1f}M | "

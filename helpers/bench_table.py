@@ -60,8 +60,9 @@ def markdown_table(result: dict) -> str:
           if per_drafter else []),
         f"- α of the pair's amateur at temperature 1 (one sampled speculative run per prompt, γ={t1['gamma']}): "
         f"{_fmt(t1['alpha'], '.3f')}",
-        f"- time ours/HF: naive/greedy {_fmt(ratios['ours_naive_over_hf_greedy'])}; "
-        f"speculative/assisted {spec_hf} (< 1: ours faster)",
+        f"- time ours/HF (median over prompts and timing rounds of paired ratios, no interval): naive/greedy "
+        f"{_fmt(ratios['ours_naive_over_hf_greedy'])}; speculative/assisted {spec_hf} (< 1: ours took less time in "
+        "the median pair; the table's per-token medians can order the two otherwise)",
         f"- {settings['pair']} ({settings['expert']} + {settings['amateur']}), {settings['max_new_tokens']} "
         f"tokens, {len(settings['prompts'])} prompts × {settings['repeats']} timing rounds, temperature "
         f"{settings['temperature']:g}; {machine['device']}, threads={machine['threads']}, CPU: {machine['cpu']}",

@@ -16,7 +16,7 @@ it at most 64 MiB per call. The pocket expert's GGUF file (93 MB) does not fit i
   models, gives the expert's distribution of the next γ + 1 tokens (:func:`helpers.stats.round_error` < 1e-6);
 * **greedy identity** (notebooks 03 and 07): greedy speculative decoding with the distilled draft and with the
   draft head equals greedy decoding, token for token in fp32, up to a near-tie that rounding explains in bf16
-  (:func:`helpers.precision.greedy_agreement`);
+  (:func:`helpers.precision.compare_greedy_texts`);
 * **speed** (notebooks 04 and 07): the benchmark of :func:`helpers.bench.run_benchmark` (interleaved rounds,
   medians, intervals over prompts) for naive decoding, the distilled draft and the draft head, in fp32 and bf16,
   and the forward-cost curve r(n).
@@ -43,7 +43,7 @@ from helpers.decoding import naive, speculative
 from helpers.heads import head_speculative, load_head
 from helpers.machine import machine_info
 from helpers.models import POCKET_GGUF, POCKET_GGUF_SHA256, _check_sha256, cache_dir, load_pair, tiny_random_model
-from helpers.precision import exact_arithmetic, greedy_agreement
+from helpers.precision import compare_greedy_texts, exact_arithmetic
 from helpers.stats import exact_distribution, round_error
 from helpers.timing import forward_costs
 
@@ -115,7 +115,7 @@ def check_greedy(pair, head, prompts: list[str], gammas: tuple[int, ...], max_ne
                                               gamma=gamma, temperature=0)),
                     ("head", head_speculative(pair.expert, head, ids, max_new_tokens=max_new_tokens, gamma=gamma,
                                               temperature=0))):
-                agreement = greedy_agreement(pair.expert, ids, greedy, out.new_token_ids)
+                agreement = compare_greedy_texts(pair.expert, ids, greedy, out.new_token_ids)
                 rows.append({"prompt": text, "gamma": gamma, "drafter": drafter, "identical": agreement.identical,
                              "explained_by_rounding": agreement.explained_by_rounding,
                              "detail": agreement.describe()})

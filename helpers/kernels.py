@@ -291,7 +291,7 @@ def readme_row(result: dict) -> str:
         f"{result['fidelity'][name]['greedy_identical']}/{result['fidelity'][name]['prompts']} requests"
         for name, row in result["roofline"].items())
     what = (f"**execution paths of the expert** (notebook 04; {s['prompts']} held-out chat requests, passes over "
-            f"1..16 tokens, {s['repeats']} shuffled rounds, one run)")
+            f"1..16 tokens, {s['repeats']} shuffled timing rounds, one run)")
     bandwidth = f"read bandwidth {result['bandwidth_bytes_per_second'] / 1e9:.0f} GB/s; "
     left_out = "".join(f"; {name} left out (no bf16 instructions: one step {1e3 * row['bf16_step_seconds']:.0f} ms, "
                        f"fp32 {1e3 * row['fp32_step_seconds']:.0f} ms)"

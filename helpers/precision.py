@@ -7,7 +7,7 @@ once, and a matrix-matrix product sums in another order than the 1-token step of
 difference (around 1e-6) has flipped no argmax on any prompt the tests and notebooks try (an observation, not a
 guarantee). In bf16 or fp16 (what ``load_pair`` picks on a GPU)
 one rounding step of a logit is about 0.1, and where the expert's two best tokens are that close, the two ways of
-computing can pick different tokens; from there on the texts part ways. :func:`greedy_agreement` tells the two
+computing can pick different tokens; from there on the texts part ways. :func:`compare_greedy_texts` tells the two
 cases apart: identical, or identical up to a near-tie that rounding explains.
 """
 
@@ -33,7 +33,7 @@ def ulp(value: float, dtype: torch.dtype) -> float:
 
 @dataclass(frozen=True)
 class Agreement:
-    """How two greedy outputs for the same prompt compare (see :func:`greedy_agreement`)."""
+    """How two greedy outputs for the same prompt compare (see :func:`compare_greedy_texts`)."""
 
     identical: bool
     first_difference: int | None
@@ -58,8 +58,8 @@ class Agreement:
 
 
 @torch.no_grad()
-def greedy_agreement(expert: PreTrainedModel, input_ids: torch.Tensor, reference: list[int], other: list[int],
-                     ulps: int = 8) -> Agreement:
+def compare_greedy_texts(expert: PreTrainedModel, input_ids: torch.Tensor, reference: list[int], other: list[int],
+                         ulps: int = 8) -> Agreement:
     """Compare ``other`` with the ``reference`` greedy output of ``expert`` after ``input_ids``.
 
     Where they first differ, re-run the expert's plain 1-token-step computation on the shared prefix and measure

@@ -1,12 +1,13 @@
 """The one speed protocol of the tutorial: every "faster" or "slower" in README and notebooks comes through here.
 
 1. **Warm-up.** Every configuration runs once, untimed, before anything is timed.
-2. **Interleaving.** For every prompt, ``rounds`` rounds; in each round every configuration runs once, in an order
+2. **Interleaving.** For every prompt, ``rounds`` timing rounds; in each every configuration runs once, in an order
    shuffled anew, so that drifts of the machine (clock, other processes) hit all of them alike.
 3. **Raw records.** One per timed run (:func:`timed_runs`): seconds, tokens, calls, every drafting round's draft
-   length and kept tokens, its position in the round, the seed, and how many cores other processes kept busy just
-   before the prompt (:func:`helpers.timing.others_busy_cores`, not the load average, which counts us too).
-4. **Paired intervals.** Per prompt, the median over rounds of seconds per token; the speedup of ``fast`` over
+   length, kept tokens and seconds (for naive decoding every step's seconds), its position in the timing round, the
+   seed, and how many cores other processes kept busy just before the prompt
+   (:func:`helpers.timing.others_busy_cores`, not the load average, which counts us too).
+4. **Paired intervals.** Per prompt, the median over timing rounds of seconds per token; the speedup of ``fast`` over
    ``slow`` is the mean over prompts of their ratio, with a 95 % bootstrap interval over prompts
    (:func:`speedup`), refused below :data:`MIN_PROMPTS` prompts.
 5. **Several runs.** Independent runs (separate processes) are reported one by one and pooled, with their spread
@@ -55,7 +56,8 @@ def record(run: Generation) -> dict:
     """What a record keeps of one generation besides its time."""
     return {"tokens": run.new_token_ids, "expert_calls": run.stats.expert_calls,
             "amateur_calls": run.stats.amateur_calls, "head_calls": run.stats.head_calls,
-            "alpha": run.stats.mean_beta, "rounds": round_counts(run)}
+            "alpha": run.stats.mean_beta, "rounds": round_counts(run),
+            "round_seconds": [round(t, 6) for t in run.stats.round_seconds]}
 
 
 def timed_runs(configs: dict[str, Decoder], prompts: Sequence[torch.Tensor], *, rounds: int, seed: int = 0,

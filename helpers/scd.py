@@ -303,8 +303,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def likelihoods(pair: Pair, prompts: Sequence[torch.Tensor], runs: Sequence[dict]) -> dict[str, list[list[float]]]:
-    """The expert's per-token NLL of every method's text on every prompt (from the timed runs' first round), for the
-    quality comparisons at equal length (:func:`summary`)."""
+    """The expert's per-token NLL of every method's text on every prompt (from the timed runs' first timing round), for
+    the quality comparisons at equal length (:func:`summary`)."""
     def tokens(i: int, name: str) -> list[int]:
         return next(r["tokens"] for r in runs if r["prompt"] == i and r["config"] == name and r["round"] == 0)
 
@@ -410,11 +410,12 @@ def readme_row(result: dict) -> str:
                         f"{alphas['head, p_cd'].mean:.3f} for the head's (under p: {alphas['draft, p'].mean:.3f} "
                         f"and {alphas['head, p'].mean:.3f})")
     selection = (f"γ selected per drafter on {len(result['selection_prompts'])} other requests "
-                 f"({st['select_tokens']} tokens, 1 round)" if "selected" in result else "γ fixed by the command")
+                 f"({st['select_tokens']} tokens, 1 timing round)" if "selected" in result
+                 else "γ fixed by the command")
     what = (f"**speculative contrastive decoding** (notebook 08; β_CD = {st['cd']['beta']}, α_CD = "
             f"{st['cd']['alpha']}; {s['prompts']} held-out chat requests, chat template, EOS on, up to "
             f"{st['max_new_tokens']} tokens, {'greedy' if t == 0 else f'T = {t:g}, each run seeded'}, "
-            f"{st['rounds']} shuffled rounds, one run; {selection}; mean over requests of the per-request "
+            f"{st['rounds']} shuffled timing rounds, one run; {selection}; mean over requests of the per-request "
             f"speedups [95 % CI])")
     command = " then ".join(f"`{c}`" for c in [result["command"], result.get("retime_command")] if c)
     return f"| {what} | {result['machine']['cpu_kind']} | {result_text} | {command} |"

@@ -17,8 +17,8 @@ with a few tokens):
    γ per temperature, by time per token relative to naive decoding;
 3. **evaluation** (``--runs`` separate processes): on the evaluation split (the even lines, never used to choose),
    naive decoding and both drafters at their selected γ, greedy and at temperature 1; on any other path than fp32
-   eager also greedy naive decoding with the fp32 eager expert (:data:`REFERENCE`) in the same shuffled rounds, so
-   that a path's speedup over the tutorial's expert is measured, not pieced together from runs at other times
+   eager also greedy naive decoding with the fp32 eager expert (:data:`REFERENCE`) in the same shuffled timing
+   rounds, so that a path's speedup over the tutorial's expert is measured, not pieced together from runs at other times
    (this VM's speed drifts between sessions by more than the paths differ).
 
 :func:`summary` turns the file into what README and notebooks print: per drafter and temperature the speedup of
@@ -29,7 +29,9 @@ model gap, measured / explained. The explained speedup counts bare forward passe
 one includes the prompt's prefill (common to both, pulling the ratio towards 1) and everything around the passes
 (naive decoding pays its Python and sampling work once per token, a drafting round once per round, plus the
 head's catch-up pass and the bookkeeping). Near 1, the passes account for the measured speed; the gap is the
-measured share of everything else, the whole round timed directly beside the single steps of phase 1.
+measured share of everything else. Runs since rounds were timed also keep every round's seconds (and naive
+decoding's every step's): :func:`round_costs` divides a whole drafting round by naive decoding's step in the same
+timing round, beside the cost model's d·c + r(d) from phase 1's single steps (:func:`round_cost_table`).
 """
 
 from __future__ import annotations
@@ -309,6 +311,25 @@ def same_text(records: Sequence[dict], base: str, name: str) -> tuple[int, int]:
     return sum(rec["tokens"] == naive_tokens[rec["prompt"], rec["round"]] for rec in runs), len(runs)
 
 
+def round_costs(records: Sequence[dict], base: str, name: str) -> dict[int, list[float]]:
+    """The whole drafting round, timed directly: every round but the first (which also reads the prompt) of every
+    run of ``name``, in seconds / the median step (but the first) of naive decoding (``base``) on the same prompt
+    in the same timing round, grouped by the round's draft length d. The speedup of a run is its tokens per round
+    over this ratio; the cost model predicts d·c + r(d) (:func:`summary`'s ``round_cost``), and the difference
+    is the work of a round outside its bare forward passes, relative to naive decoding's own (the head's catch-up
+    pass, readouts, acceptance, cache rollback). Empty for files recorded before rounds were timed."""
+    steps = {(rec["prompt"], rec["round"]): float(np.median(rec["round_seconds"][1:]))
+             for rec in records if rec["config"] == base and len(rec.get("round_seconds", [])) > 1}
+    out: dict[int, list[float]] = {}
+    for rec in records:
+        step = steps.get((rec["prompt"], rec["round"]))
+        if rec["config"] != name or step is None or "round_seconds" not in rec:
+            continue
+        for (drafted, _), seconds in zip(rec["rounds"][1:], rec["round_seconds"][1:], strict=True):
+            out.setdefault(drafted, []).append(seconds / step)
+    return out
+
+
 def summary(result: dict) -> dict:
     """What README and notebooks print, per temperature and drafter (see the module docstring)."""
     costs = summarise_costs(result["costs"])
@@ -333,6 +354,10 @@ def summary(result: dict) -> dict:
                      "explained": explained(recs, costs["c"][drafter], costs["r"]),
                      "explained_free": explained(recs, costs["c"][drafter], dict.fromkeys(costs["r"], 1.0))}
             entry["model_gap"] = float(np.mean(entry["speedup_per_run"])) / entry["explained"]
+            timed = round_costs([rec for records in runs for rec in records], base, name)
+            entry["round_cost"] = {d: {"rounds": len(v), "measured": float(np.median(v)),
+                                       "explained": d * costs["c"][drafter] + costs["r"][d]}
+                                   for d, v in sorted(timed.items()) if d in costs["r"]}
             if temperature == 0:
                 same = [same_text(records, base, name) for records in runs]
                 entry["same_text"] = (sum(k for k, _ in same), sum(n for _, n in same))
@@ -437,6 +462,24 @@ def markdown_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def round_cost_table(result: dict, min_rounds: int = 20) -> str:
+    """Notebook 07: per drafter, temperature and draft length d (with at least ``min_rounds`` timed rounds), a
+    whole drafting round in naive decoding's steps (:func:`round_costs`, median) beside the cost model's
+    d·c + r(d); "" where the file timed no rounds."""
+    s = summary(result)
+    lines = ["| drafter | T | γ (selected) | draft length d | rounds timed | a round, in naive steps (median) | "
+             "d·c + r(d) | measured − model |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for temperature in TEMPERATURES:
+        for drafter, gamma in s["selected"][f"T={temperature:g}"].items():
+            for d, e in s[config_name(drafter, gamma, temperature)]["round_cost"].items():
+                if e["rounds"] >= min_rounds:
+                    gap = e["measured"] - e["explained"]
+                    lines.append(f"| {drafter} | {temperature:g} | {gamma} | {d} | {e['rounds']} | "
+                                 f"{e['measured']:.2f} | {e['explained']:.2f} | {gap:+.2f} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
 
@@ -474,8 +517,9 @@ def readme_row(result: dict) -> str:
     runs = f"{s['runs']} run{'s' if s['runs'] != 1 else ''}"
     what = (f"**the distilled draft and the draft head, one protocol** ({where + '; ' if where else ''}"
             f"{s['prompts']} held-out chat "
-            f"requests, chat template, EOS on, up to {st['max_new_tokens']} tokens, {st['rounds']} shuffled rounds × "
-            f"{runs}; γ selected on {len(result['selection_prompts'])} other requests; speedup over naive decoding"
+            f"requests, chat template, EOS on, up to {st['max_new_tokens']} tokens, {st['rounds']} shuffled timing "
+            f"rounds × {runs}; γ selected on {len(result['selection_prompts'])} other requests; speedup over naive "
+            "decoding"
             + ("" if eager else f" on the same {path_name(st)} path") + ", pooled [95 % CI] and each run)")
     if reference_text(s):
         parts.append(reference_text(s))

@@ -526,7 +526,7 @@ def readme_row(result: dict) -> str:
                else f"the first {len(result['prompts'])} raw prompts of the simulation, EOS off")
     where = notebooks_reading(result)
     what = (f"**the tree decoder** ({where + '; ' if where else ''}greedy; {prompts}, up to {s['max_new_tokens']} "
-            f"tokens, {s['rounds']} shuffled rounds, one run; speedup over naive decoding on the same "
+            f"tokens, {s['rounds']} shuffled timing rounds, one run; speedup over naive decoding on the same "
             f"{path_name(s)} path [95 % CI])")
     decoders = "; ".join(f"{row['config']} {ratio_text(row['speedup'], row['prompts'])} ({row['tokens_per_call']:.2f} "
                          f"tokens per expert call, {row['same_text']} of {row['runs']} texts naive decoding's)"

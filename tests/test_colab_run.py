@@ -34,7 +34,7 @@ from helpers.tutorial import NOTEBOOKS, REPO
 COLAB_SHIPS = ("torch", "numpy", "matplotlib", "ipykernel", "ipywidgets", "papermill", "pip")
 SUPPORTED_TAGS = {str(tag) for tag in sys_tags()}
 RUNS = {
-    "00_meet_the_models.ipynb": {"TOP_K": 5},
+    "00_meet_the_models.ipynb": {"N_SHOWN": 5},
     "01_naive_decoding.ipynb": {"MAX_NEW_TOKENS": 12, "LOOP_TOKENS": 24, "LOOP_PROMPTS": 1},
     "02_contrastive_decoding.ipynb": {"MAX_NEW_TOKENS": 6, "SWEEP_TOKENS": 4},
     "03_speculative_decoding.ipynb": {"MAX_NEW_TOKENS": 12, "GAMMA": 2, "N_EXACTNESS_RUNS": 500},

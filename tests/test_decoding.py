@@ -306,6 +306,9 @@ def test_prompt_lookup_stats_and_trace(tiny_pair):
     assert stats.betas == pytest.approx(judged)  # β = Σ min(p, q) = p(x) for a point mass q
     assert all(q == 1.0 for it in result.trace for q in it.q_draft)
     assert any(not it.draft for it in result.trace)  # rounds without a match: a plain step
+    assert len(stats.round_seconds) == len(result.trace) and all(t > 0 for t in stats.round_seconds)
+    steps = naive(expert, LOOKUP_PROMPT, max_new_tokens=5).stats.round_seconds
+    assert len(steps) == 5 and all(t > 0 for t in steps), "naive decoding times every step"
 
 
 # ---------------------------------------------------------------------------------------- KV caches

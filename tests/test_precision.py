@@ -9,7 +9,7 @@ import torch
 from helpers.data import ARTICLE_PROMPTS, read_prompts
 from helpers.decoding import naive, speculative
 from helpers.models import load_pair
-from helpers.precision import exact_arithmetic, greedy_agreement, ulp
+from helpers.precision import compare_greedy_texts, exact_arithmetic, ulp
 
 
 def test_ulp_is_one_rounding_step():
@@ -21,7 +21,7 @@ def test_ulp_is_one_rounding_step():
 def test_identical_outputs(tiny_pair, prompt):
     expert, _ = tiny_pair
     assert exact_arithmetic(expert)
-    agreement = greedy_agreement(expert, prompt, [3, 4, 5], [3, 4, 5])
+    agreement = compare_greedy_texts(expert, prompt, [3, 4, 5], [3, 4, 5])
     assert agreement.identical and agreement.explained_by_rounding and agreement.describe() == "identical"
 
 
@@ -30,7 +30,7 @@ def test_a_clear_difference_is_not_blamed_on_rounding(tiny_pair, prompt):
     greedy = naive(expert, prompt, max_new_tokens=3, temperature=0).new_token_ids
     with torch.no_grad():
         worst = int(expert(prompt).logits[0, -1].argmin())
-    agreement = greedy_agreement(expert, prompt, greedy, [worst, *greedy[1:]])
+    agreement = compare_greedy_texts(expert, prompt, greedy, [worst, *greedy[1:]])
     assert agreement.first_difference == 0 and agreement.logit_gap > 1
     assert not agreement.explained_by_rounding
 
@@ -44,5 +44,5 @@ def test_half_precision_speculative_matches_greedy_up_to_a_near_tie():
         ids = pair.encode(text)
         greedy = naive(pair.expert, ids, max_new_tokens=40, temperature=0).new_token_ids
         spec = speculative(pair.expert, pair.amateur, ids, max_new_tokens=40, gamma=4, temperature=0).new_token_ids
-        agreement = greedy_agreement(pair.expert, ids, greedy, spec)
+        agreement = compare_greedy_texts(pair.expert, ids, greedy, spec)
         assert agreement.explained_by_rounding, f"{text!r}: {agreement.describe()}"

@@ -44,7 +44,8 @@ def test_timed_runs_warm_up_each_configuration_and_shuffle_the_order_every_round
     assert all(sorted(order) == list("abcd") for order in orders)
     assert all(len({r["seed"] for r in records if (r["prompt"], r["round"]) == key}) == 1 for key in keys), \
         "every configuration of a round gets the same seed"
-    assert {"seconds", "tokens", "expert_calls", "others_busy_cores", "position", "rounds", "alpha"} <= set(records[0])
+    assert {"seconds", "tokens", "expert_calls", "others_busy_cores", "position", "rounds", "alpha",
+            "round_seconds"} <= set(records[0])
 
 
 @pytest.mark.parametrize("bad", [{"rounds": 0}, {"prompts": []}, {"configs": {}}])

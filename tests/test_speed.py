@@ -116,6 +116,22 @@ def test_summary_pools_runs_and_explains_from_the_counted_rounds():
     assert s["costs"]["c"] == {"draft": pytest.approx(0.2), "head": pytest.approx(0.1)}
 
 
+def test_a_whole_round_is_timed_in_naive_steps_of_the_same_timing_round():
+    result = fake_result(20, runs=1)
+    for rec in result["runs"][0]["records"]:  # naive: 0.5 s reading the prompt, then steps of 0.1 s
+        rec["round_seconds"] = [0.5] + [0.1] * 9 if rec["config"].startswith("naive") else \
+            [0.5] + [0.1 * (1 + d * 0.5) for d, _ in rec["rounds"][1:]]
+    timed = speed.round_costs(result["runs"][0]["records"], "naive T=0", "head γ=3 T=0")
+    assert set(timed) == {1, 2} and timed[2] == pytest.approx([2.0] * 40) and len(timed[1]) == 20, \
+        "the first round (reading the prompt) is left out; each round over the same prompt's naive step"
+    head = speed.summary(result)["head γ=3 T=0"]["round_cost"]
+    assert head[2] == {"rounds": 40, "measured": pytest.approx(2.0), "explained": pytest.approx(2 * 0.1 + 1.6)}
+    table = speed.round_cost_table(result)
+    assert "| head | 0 | 3 | 2 | 40 | 2.00 | 1.80 | +0.20 |" in table and "| head | 0 | 3 | 1 |" in table
+    assert speed.round_cost_table(result, min_rounds=21).count("| head |") == 2, "only d = 2 has 40 rounds"
+    assert speed.round_cost_table(fake_result(20)) == "", "a file recorded before rounds were timed has none"
+
+
 def test_table_prints_intervals_only_from_enough_prompts():
     table = speed.markdown_table(fake_result(20))
     assert "| head | 0 | 3 | 1.83× [" in table and "(runs 2.00×, 1.67×)" in table and "a test CPU" in table

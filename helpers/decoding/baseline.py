@@ -3,6 +3,8 @@ without a KV cache, and CTRL's repetition penalty (also used by :func:`helpers.d
 
 from __future__ import annotations
 
+import time
+
 import torch
 from transformers import PreTrainedModel
 
@@ -36,16 +38,19 @@ def naive(model: PreTrainedModel, input_ids: torch.Tensor, *, max_new_tokens: in
     eos = _eos_set(eos_token_id)
     lm = CachedModel(model, input_ids, use_cache)
     new: list[int] = []
+    seconds: list[float] = []
     while len(new) < max_new_tokens:
+        start = time.perf_counter()
         logits = lm.logits()[-1]
         if repetition_penalty != 1.0:
             logits = penalize_repetition(logits, lm.tokens[0], repetition_penalty)
         token = _pick(probabilities(logits, temperature, top_k, top_p), temperature, generator)
         new.append(token)
         lm.append([token])
+        seconds.append(time.perf_counter() - start)
         if token in eos:
             break
-    return Generation(new, Stats(expert_calls=lm.calls))
+    return Generation(new, Stats(expert_calls=lm.calls, round_seconds=seconds))
 
 
 def _check_penalty(repetition_penalty: float) -> None:

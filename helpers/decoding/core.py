@@ -31,6 +31,11 @@ class Stats:
     accepted_per_iteration: list[int] = field(default_factory=list)
     betas: list[float] = field(default_factory=list)
     """β = Σ_x min(p(x), q(x)) = 1 - TV(p, q) at every draft position on the accepted path."""
+    round_seconds: list[float] = field(default_factory=list)
+    """Wall-clock seconds of every round: one draft -> verify -> accept round of a speculative loop
+    (:func:`~helpers.decoding.speculation.draft_and_verify`), one token's step of naive decoding; the first
+    also reads the prompt. The speed protocol times a whole drafting round with it, beside naive decoding's step
+    (:func:`helpers.speed.round_costs`)."""
 
     @property
     def share_kept(self) -> float:

@@ -5,6 +5,7 @@ expert's distribution. :func:`draft_and_verify` is the loop for any drafter (a :
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -71,6 +72,7 @@ def draft_and_verify(exp: CachedModel, propose: Proposer, *, max_new_tokens: int
     stats = Stats()
     trace: list[SpecIteration] = []
     while len(new) < max_new_tokens:
+        start = time.perf_counter()
         # 1. Draft: at most γ tokens (fewer near the end, so the budget is never exceeded).
         draft, qs = propose(min(gamma, max_new_tokens - len(new) - 1))
         n_draft = len(draft)
@@ -106,6 +108,7 @@ def draft_and_verify(exp: CachedModel, propose: Proposer, *, max_new_tokens: int
         stats.accepted += n_accepted
         stats.accepted_per_iteration.append(n_accepted)
         trace.append(it)
+        stats.round_seconds.append(time.perf_counter() - start)
         if stop or last_token in eos:
             break
     stats.expert_calls = exp.calls
