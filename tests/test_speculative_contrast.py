@@ -10,6 +10,7 @@ import torch
 from conftest import VOCAB, random_head
 from test_decoding import BAD_INPUTS, BIASED, EXACT_TOLERANCE, T1, TOP3, assert_exact, exact_id
 
+from helpers.data import EVAL_PROMPTS, read_prompts
 from helpers.decoding import (
     ContrastiveModel,
     contrastive,
@@ -21,6 +22,7 @@ from helpers.decoding import (
     speculative_contrastive,
 )
 from helpers.decoding import speculative_contrast as module
+from helpers.heads import load_head
 from helpers.stats import exact_distribution, exact_first_two, exact_sequences, first_two_counts, round_error
 
 KNOBS = {"beta": 0.5, "alpha": 0.1}
@@ -201,6 +203,22 @@ def test_greedy_equals_greedy_contrastive_decoding_on_the_pocket_pair(pocket):
     li = contrastive(pocket.expert, pocket.amateur, ids, max_new_tokens=12).new_token_ids
     assert speculative_contrastive(pocket.expert, pocket.amateur, ids, max_new_tokens=12, gamma=4, temperature=0,
                                    beta=math.inf).new_token_ids == li
+
+
+@pytest.mark.pocket
+@pytest.mark.parametrize("request_index", [0, 2, 4])
+def test_greedy_scd_equals_greedy_cd_on_held_out_chat_requests(pocket, request_index):
+    """Notebook 08's setting: chat template, EOS on, the amateur and the committed head drafting at the γ its
+    benchmark selected (1 and 3), on three of the timed requests (0-based indices 0, 2, 4 of eval_prompts.txt)."""
+    ids = pocket.encode_chat(read_prompts(EVAL_PROMPTS)[request_index])
+    eos = {"eos_token_id": pocket.eos_token_id}
+    reference = contrastive_sample(pocket.expert, pocket.amateur, ids, max_new_tokens=16, temperature=0, **eos,
+                                   **KNOBS).new_token_ids
+    head = load_head(pocket.expert)
+    for gamma, drafter in ((1, None), (3, head)):
+        result = speculative_contrastive(pocket.expert, pocket.amateur, ids, max_new_tokens=16, gamma=gamma,
+                                         temperature=0, head=drafter, **eos, **KNOBS)
+        assert result.new_token_ids == reference, (gamma, drafter is not None)
 
 
 # ---------------------------------------------------------------------------------------- stats, bad input
