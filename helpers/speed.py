@@ -354,7 +354,10 @@ def summary(result: dict) -> dict:
                      "explained": explained(recs, costs["c"][drafter], costs["r"]),
                      "explained_free": explained(recs, costs["c"][drafter], dict.fromkeys(costs["r"], 1.0))}
             entry["model_gap"] = float(np.mean(entry["speedup_per_run"])) / entry["explained"]
-            timed = round_costs([rec for records in runs for rec in records], base, name)
+            timed: dict[int, list[float]] = {}
+            for records in runs:  # per run: each run numbers its prompts and timing rounds from 0
+                for d, ratios_ in round_costs(records, base, name).items():
+                    timed.setdefault(d, []).extend(ratios_)
             entry["round_cost"] = {d: {"rounds": len(v), "measured": float(np.median(v)),
                                        "explained": d * costs["c"][drafter] + costs["r"][d]}
                                    for d, v in sorted(timed.items()) if d in costs["r"]}

@@ -130,6 +130,11 @@ def test_a_whole_round_is_timed_in_naive_steps_of_the_same_timing_round():
     assert "| head | 0 | 3 | 2 | 40 | 2.00 | 1.80 | +0.20 |" in table and "| head | 0 | 3 | 1 |" in table
     assert speed.round_cost_table(result, min_rounds=21).count("| head |") == 2, "only d = 2 has 40 rounds"
     assert speed.round_cost_table(fake_result(20)) == "", "a file recorded before rounds were timed has none"
+    two = fake_result(20, runs=2)
+    for k, run in enumerate(two["runs"]):  # the second run's machine twice as slow: each run pairs within itself
+        for rec, timed_rec in zip(run["records"], result["runs"][0]["records"], strict=True):
+            rec["round_seconds"] = [(1 + k) * t for t in timed_rec["round_seconds"]]
+    assert speed.summary(two)["head γ=3 T=0"]["round_cost"][2]["measured"] == pytest.approx(2.0)
 
 
 def test_table_prints_intervals_only_from_enough_prompts():
