@@ -74,3 +74,35 @@ def markdown_table(result: dict) -> str:
                      f"{machine['cpu_count']} cores" + (": other processes shared the CPU, the timings are not clean"
                                                         if busy else ""))
     return "\n".join(lines)
+
+
+BASELINE = "ours: naive, KV cache"
+"""The configuration every speedup of a ``bench-*.json`` file is relative to."""
+
+
+def readme_cells(result: dict) -> str:
+    """The README's result and command cells of an older-protocol file, rendered from it: what was timed, every
+    configuration's speedup over naive decoding with a KV cache (grouped by configuration, by γ; intervals only from
+    :data:`~helpers.protocol.MIN_PROMPTS` prompts), whether every configuration wrote naive decoding's text, the
+    drafters' c and r(γ) for the γ timed; then the command. ``tests/test_bench_table.py`` finds them in the README,
+    verbatim, after a typed description of the row and its machine."""
+    settings, cost, rows = result["settings"], result["cost"], result["configurations"]
+    prompts, rounds = len(settings["prompts"]), settings["repeats"]
+    grouped: dict[str, list[str]] = {}
+    for row in rows:
+        if row["label"] != BASELINE and row["speedup_vs_naive"] is not None:
+            gamma = f"γ = {row['gamma']} " if row["gamma"] else ""
+            grouped.setdefault(row["label"].removeprefix("ours: "), []).append(
+                f"{gamma}{row['speedup_vs_naive']:.2f}×{_interval(row, prompts)}")
+    speedups = "; ".join(f"{label}: {', '.join(values)}" for label, values in grouped.items())
+    interval = "[95 % CI]" if prompts >= MIN_PROMPTS else f"(point estimates: no interval from {prompts} prompts)"
+    same = sum(row["same_text_as_naive"] == 1 for row in rows)
+    same_text = ("every configuration wrote naive decoding's text" if same == len(rows)
+                 else f"{same} of {len(rows)} configurations wrote naive decoding's text on every prompt")
+    c = ("c: " + ", ".join(f"{name.replace('_', ' ')} {value:.3g}" for name, value in cost["c_by_drafter"].items())
+         if "c_by_drafter" in cost else f"c of the pair's amateur {cost['c']:.3g}")
+    r = ", ".join(f"r({g}) = {value:.2f}" for g, value in cost["r"].items())
+    command = result["command"].replace(" --no-progress", "")
+    return (f"| {prompts} prompts × {rounds} timing round{'s' * (rounds != 1)}, {settings['max_new_tokens']} tokens, "
+            f"T = {settings['temperature']:g}, one run; speedup over naive decoding {interval}: {speedups}; "
+            f"{same_text}; {c}; {r} | `{command}` |")

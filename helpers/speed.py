@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from helpers import ablation
 from helpers.compare import Interval, mean_of
 from helpers.data import EVAL_PROMPTS, read_prompts
 from helpers.decoding import naive, speculative
@@ -371,6 +372,19 @@ def summary(result: dict) -> dict:
         base = config_name("naive", 0, 0.0)
         out[base] = {"versus_reference": across_runs(runs, REFERENCE, base) if out["prompts"] >= MIN_PROMPTS else None}
     return out
+
+
+def held_out_coverage(result: dict, vocab: torch.Tensor) -> float:
+    """The share of the fp32 expert's greedy tokens on the evaluation requests that lie in ``vocab`` (a head's
+    V_draft): what a trimmed head can draft at all on held-out text (:func:`helpers.ablation.held_out_coverage`).
+    Every request counts once (the first run's first timing round); on another path than fp32 the file's
+    fp32 eager reference runs (:data:`REFERENCE`) supply the text."""
+    name = config_name("naive", 0, 0.0) if path_name(result["settings"]).startswith("fp32") else REFERENCE
+    greedy = [r for r in result["runs"][0]["records"] if r["config"] == name and r["round"] == 0]
+    if not greedy:
+        raise ValueError(f"{result['command']!r} recorded no greedy text of the fp32 expert ({name!r}); measure the "
+                         "coverage on an fp32 file")
+    return ablation.held_out_coverage(greedy, vocab)
 
 
 def measured_reference(runs: Sequence[Sequence[dict]]) -> bool:

@@ -328,7 +328,8 @@ Learning curve (top-1: how often the head's first draft token is the expert's gr
 ## Evaluation (near-domain prompts: never trained on, but many share a training topic)
 `data/prompts.txt` is never trained on, but 31 of its 60 prompts share a topic or template text with the training
 prompts (`data/README.md`), so these are near-domain numbers; the held-out chat requests of `data/eval_prompts.txt`
-are measured by `python -m helpers.speed` (notebooks 04, 05, 07) and `python -m helpers.ablation` (notebook 07).
+are measured by `python -m helpers.speed` (notebooks 04, 05, 07; 07 also prints how much of the expert's greedy text
+on them V_draft covers) and `python -m helpers.ablation` (notebook 07).
 {s['eval_prompts']} prompts of `data/prompts.txt`, {s['eval_tokens']} new tokens each, `head_speculative` with
 γ = {s['eval_gamma']}: {q['positions']} judged draft positions.
 
@@ -341,7 +342,7 @@ are measured by `python -m helpers.speed` (notebooks 04, 05, 07) and `python -m 
 | head step, V_draft ({card['draft_vocab']:,} rows) | {q['head_step_ms']:.2f} ms, c = {q['c']:.3f} |
 | head step, full vocabulary (49,152 rows) | {q['head_step_full_vocab_ms']:.2f} ms, c = {q['c_full_vocab']:.3f} |
 
-Notebook 07 and `data/results/bench-head-xeon.json` measure the speedup.
+Notebook 07 and the speed protocol's files (`data/results/speed-*.json`) measure the speedup.
 
 ## Reproduce
 Hardware: {card['hardware']}. Times of this run: features {seconds.get('features', 0) / 60:.0f} min, training

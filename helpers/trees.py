@@ -33,7 +33,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import DynamicCache, PreTrainedModel
 
-from helpers.compare import Interval
+from helpers.compare import Interval, mean_of
 from helpers.data import ARTICLE_PROMPTS, EVAL_PROMPTS, PROMPTS, read_prompts, write_json
 from helpers.decoding import EosIds, Generation, Stats, naive
 from helpers.decoding.core import _eos_set, check_inputs
@@ -428,6 +428,35 @@ def markdown_table(result: dict) -> str:
         lines.append(f"| {row['name']} | {row['shape']['n_nodes']} | {row['tokens_per_call']:.2f} | "
                      f"{row['draft_cost']:.2f} | {row['r_tree']:.2f} | {row['explained_speedup']:.2f}× |")
     return "\n".join(lines)
+
+
+def best_tree_over_best_chain(result: dict) -> tuple[dict, dict, Interval]:
+    """The simulation's best chain and best tree (by explained speedup) and the tree's gain over the chain, prompt by
+    prompt with the timed costs held fixed (:func:`explained_by_prompt`), as a mean with its interval over prompts."""
+    chain = max((row for row in result["rows"] if row["shape"]["top_k"] == 1), key=lambda row: row["explained_speedup"])
+    tree = max((row for row in result["rows"] if row["shape"]["top_k"] > 1), key=lambda row: row["explained_speedup"])
+    gain = mean_of([t - c for t, c in zip(explained_by_prompt(result, tree), explained_by_prompt(result, chain),
+                                          strict=True)])
+    return chain, tree, gain
+
+
+def simulation_readme_cells(result: dict) -> str:
+    """The README's result and command cells of a simulation file (:func:`measure`), rendered from it: the trees'
+    and the chains' tokens per expert call, the trees' r_tree, draft cost and explained speedup (ranges), the best
+    chain, and the best tree's gain over it; a test finds them in the README after the row's typed description."""
+    trees = [row for row in result["rows"] if row["shape"]["top_k"] > 1]
+    chains = [row for row in result["rows"] if row["shape"]["top_k"] == 1]
+
+    def span(rows: Sequence[dict], key: str) -> str:
+        values = [row[key] for row in rows]
+        return f"{min(values):.2f}–{max(values):.2f}"
+
+    chain, _, gain = best_tree_over_best_chain(result)
+    return (f"| tokens per expert call {span(trees, 'tokens_per_call')} (chains {span(chains, 'tokens_per_call')}), "
+            f"r_tree {span(trees, 'r_tree')} and draft cost {span(trees, 'draft_cost')} expert steps: explained "
+            f"speedup {span(trees, 'explained_speedup')}× vs {chain['explained_speedup']:.2f}× for the best chain "
+            f"({chain['name']}); best tree − best chain {gain} over the {result['n_prompts']} prompts, with the costs "
+            f"timed on one prompt held fixed | `{result['command']}` |")
 
 
 # ------------------------------------------------------------------------------- the decoder, timed

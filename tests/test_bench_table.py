@@ -4,8 +4,9 @@ the file has them, and speed intervals only from enough prompts."""
 from __future__ import annotations
 
 import pytest
+from conftest import assert_readme_rows
 
-from helpers.bench_table import markdown_table
+from helpers.bench_table import BASELINE, markdown_table, readme_cells
 from helpers.data import RESULTS, read_json
 from helpers.protocol import MIN_PROMPTS
 
@@ -41,3 +42,19 @@ def test_intervals_only_from_enough_prompts():
 def test_missing_comparisons_with_transformers_show_a_dash():
     table = markdown_table(read_json("bench-methods-pocket.json"))  # no HF methods were timed
     assert "naive/greedy –; speculative/assisted –" in table
+
+
+def test_readme_holds_the_rendered_cells_of_every_committed_bench_file():
+    assert_readme_rows("bench-*.json", readme_cells)
+
+
+def test_readme_cells_name_every_configuration_and_intervals_only_from_enough_prompts():
+    many, few = read_json("bench-head-xeon.json"), read_json("bench-pocket-xeon.json")
+    cells = readme_cells(many)
+    assert "[95 % CI]: " in cells and "draft head (EAGLE-style): γ = 2 1.24× [1.20, 1.29]" in cells
+    labels = {row["label"].removeprefix("ours: ") for row in many["configurations"] if row["label"] != BASELINE}
+    assert all(f"{label}: " in cells for label in labels)
+    assert "[" not in readme_cells(few).split("`")[0].replace("[95 % CI]", "")
+    assert "no interval from 5 prompts" in readme_cells(few) and "--no-progress" not in readme_cells(few)
+    few["configurations"][1]["same_text_as_naive"] = 0.8
+    assert f"of {len(few['configurations'])} configurations wrote naive decoding's text" in readme_cells(few)

@@ -10,6 +10,7 @@ import torch
 from conftest import word_prompts
 
 from helpers import distill
+from helpers.data import DRAFT_CARD, DRAFT_FOLDER
 from helpers.decoding import naive
 from helpers.models import distilled_draft
 
@@ -206,3 +207,7 @@ def test_a_work_folder_refuses_to_resume_with_other_settings(tmp_path):
         distill.check_work_folder(tmp_path, toy_settings(batch_size=8, lr=1e-3))
     with pytest.raises(ValueError, match="other settings \\(loss\\)"):
         distill.check_work_folder(tmp_path, toy_settings(loss="rest"))
+
+
+def test_the_committed_model_card_is_rendered_from_its_card():
+    assert (DRAFT_FOLDER / "README.md").read_text() == distill.model_card(json.loads(DRAFT_CARD.read_text()))

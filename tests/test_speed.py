@@ -222,3 +222,18 @@ def test_a_run_is_added_only_on_the_files_cpu_kind(tmp_path, monkeypatch):
 def test_a_files_commands_list_every_added_run():
     result = {"command": "python -m helpers.speed --out x.json", "runs": [{"run": 0}, {"run": 1, "command": "add"}]}
     assert speed.commands(result) == "`python -m helpers.speed --out x.json` then `add`"
+
+
+def test_held_out_coverage_counts_each_requests_greedy_text_once():
+    result = fake_result(2)
+    for rec in result["runs"][0]["records"]:
+        rec["tokens"] = [1, 2, 3, 4] if rec["prompt"] == 0 else [5, 5, 5, 5]
+    result["runs"][0]["records"] += [{**rec, "round": 1, "tokens": [9] * 4} for rec in result["runs"][0]["records"]]
+    assert speed.held_out_coverage(result, torch.tensor([1, 2, 5])) == 0.75
+    result["settings"]["dtype"] = "bf16"
+    with pytest.raises(ValueError, match="no greedy text of the fp32 expert"):
+        speed.held_out_coverage(result, torch.tensor([1, 2, 5]))
+    for rec in result["runs"][0]["records"]:
+        if rec["config"] == "naive T=0":
+            rec["config"] = speed.REFERENCE
+    assert speed.held_out_coverage(result, torch.tensor([1, 2, 5])) == 0.75

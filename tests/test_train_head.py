@@ -10,6 +10,7 @@ from conftest import word_prompts
 from transformers import DynamicCache
 
 from helpers import distill, train_head
+from helpers.data import HEAD_FOLDER
 from helpers.heads import DraftHead, load_head
 
 
@@ -110,3 +111,9 @@ def test_teacher_shards_refuse_other_data_settings(teacher, tokenizer, tmp_path)
     with pytest.raises(ValueError, match="teacher data made with other settings"):
         distill.generate(teacher, tokenizer, word_prompts(4), tmp_path, toy_settings(max_new_tokens=5).teacher(),
                          progress=False)
+
+
+def test_the_committed_model_card_is_rendered_from_its_card():
+    card = json.loads((HEAD_FOLDER / "card.json").read_text())
+    config = json.loads((HEAD_FOLDER / "head.json").read_text())
+    assert (HEAD_FOLDER / "README.md").read_text() == train_head.model_card(card, config)

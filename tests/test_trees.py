@@ -4,17 +4,15 @@ the decoder against greedy decoding and against the simulation."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
 import torch
-from conftest import WORDS, random_head, tiny_llama, word_tokenizer
+from conftest import WORDS, assert_readme_rows, random_head, tiny_llama, word_tokenizer
 from transformers import DynamicCache
 
 from helpers import speed
 from helpers.compare import Interval
-from helpers.data import RESULTS
 from helpers.decoding import naive
 from helpers.heads import head_speculative
 from helpers.models import Pair
@@ -24,6 +22,7 @@ from helpers.trees import (
     TreeVerifyStep,
     accepted_depth,
     accepted_path,
+    best_tree_over_best_chain,
     compact,
     decode_speed,
     decode_summary,
@@ -35,6 +34,7 @@ from helpers.trees import (
     measure,
     ratio_text,
     readme_row,
+    simulation_readme_cells,
     tree_attention,
     tree_inputs,
     tree_over_chains,
@@ -309,8 +309,19 @@ def test_main_refuses_bf16_where_the_cpu_would_emulate_it(monkeypatch, capsys):
 
 
 def test_readme_holds_the_rendered_row_of_every_committed_decode_file():
-    files = sorted(RESULTS.glob("trees-decode-*.json"))
-    assert files, "no committed trees-decode-<cpu>.json"
-    readme = (RESULTS.parent.parent / "README.md").read_text()
-    for path in files:
-        assert readme_row(json.loads(path.read_text())) in readme, f"README: render {path.name}'s row again"
+    assert_readme_rows("trees-decode-*.json", readme_row)
+
+
+def test_readme_holds_the_rendered_cells_of_every_committed_simulation_file():
+    assert_readme_rows("trees-[!d]*.json", simulation_readme_cells)
+
+
+def test_the_best_tree_is_compared_with_the_best_chain_prompt_by_prompt():
+    result = {"max_new_tokens": 8, "rows": [
+        {"name": "chain", "shape": {"top_k": 1}, "explained_speedup": 1.2, "draft_cost": 0.1, "r_tree": 1.0,
+         "tokens_per_call_by_prompt": [2.0, 2.0, 2.0]},
+        {"name": "tree", "shape": {"top_k": 2}, "explained_speedup": 1.3, "draft_cost": 0.1, "r_tree": 1.0,
+         "tokens_per_call_by_prompt": [4.0, 4.0, 4.0]}]}
+    chain, tree, gain = best_tree_over_best_chain(result)
+    assert (chain["name"], tree["name"]) == ("chain", "tree")
+    assert gain.mean == pytest.approx(8 / (1 + 1 * 1.1) - 8 / (1 + 3 * 1.1)) and gain.low == gain.high == gain.mean
