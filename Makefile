@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 OUT    ?= output
 
-.PHONY: setup models tutorial test lint lab bench speed kernels ablation notebooks gpu-pack gpu-check clean
+.PHONY: setup models tutorial test lint lab bench speed sidebyside kernels ablation notebooks gpu-pack gpu-check clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,8 +37,11 @@ lab: models  ## JupyterLab on the repository
 bench: models  ## speed benchmark of every method on the article's raw prompts (see README)
 	$(PY) -m helpers.bench --out $(OUT)/bench.json
 
-speed: models  ## the speed protocol: both learned drafters on held-out chat requests, about 75 min on 2 cores (README)
+speed: models  ## the speed protocol: both learned drafters on held-out chat requests, 30 min (Xeon, AMX) to 75 min (AVX-512 EPYC) on 2 cores (README)
 	$(PY) -m helpers.speed --out $(OUT)/speed.json
+
+sidebyside: models  ## every drafter side by side by the speed protocol (notebook 07, section 5), 27 min on the Xeon with AMX (README)
+	$(PY) -m helpers.sidebyside --out $(OUT)/sidebyside.json
 
 kernels: models  ## the roofline of the expert's execution paths (eager, prepacked, bf16, int8), about 12 min (README)
 	$(PY) -m helpers.kernels --out $(OUT)/kernels.json

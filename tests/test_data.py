@@ -7,6 +7,7 @@ import re
 import pytest
 
 from helpers import data
+from helpers.data import RESULTS
 
 
 def test_read_prompts_unescapes_newlines_and_refuses_a_bad_limit(tmp_path):
@@ -115,3 +116,9 @@ def test_write_json_is_strict_json_with_null_for_nan(tmp_path):
     path = data.write_json({"a": float("nan"), "b": (1, float("inf")), 2: {"c": 0.5}}, tmp_path / "sub" / "r.json")
     assert path.read_text() == '{\n  "a": null,\n  "b": [\n    1,\n    null\n  ],\n  "2": {\n    "c": 0.5\n  }\n}\n'
     assert data.read_json(path) == {"a": None, "b": [1, None], "2": {"c": 0.5}}
+
+
+def test_every_committed_result_file_is_described_in_the_data_readme():
+    described = (RESULTS.parent / "README.md").read_text()
+    missing = [path.name for path in sorted(RESULTS.glob("*.json")) if f"`results/{path.name}`" not in described]
+    assert not missing, f"data/README.md: describe {missing}"

@@ -1,0 +1,257 @@
+"""Every drafter of notebooks 03-07 side by side, by the tutorial's protocol (:mod:`helpers.protocol`) on the
+held-out evaluation requests (``data/eval_prompts.txt``, chat template, EOS on, greedy): notebook 07's section 5.
+
+``python -m helpers.sidebyside --out data/results/sidebyside-<cpu>.json [--runs 2] [--quick]`` (``--show`` prints an
+existing file's table; ``--add-run`` appends one more evaluation run on a machine of the same CPU kind) writes one
+file with its command, settings, machine and every raw record, in three phases:
+
+1. **costs**: on the first ``--cost-prompts`` evaluation requests, every drafter's c (one draft step / one expert
+   step) and r(d) for d = 1..6 (:func:`helpers.timing.drafter_costs`, interleaved);
+2. **selection**: on the selection split (:func:`helpers.speed.split`, never measured on), every drafter at each
+   γ of :data:`CANDIDATES`, one timing round; each drafter's fastest γ (:func:`select`);
+3. **evaluation** (``--runs`` separate processes): naive decoding and every drafter at its selected γ, in shuffled
+   timing rounds (:func:`helpers.protocol.timed_runs`).
+
+The drafters (:data:`DRAFTERS`): the distilled draft (notebook 05), the draft head (07), an fp16 copy of the expert
+(06; it pays only where half precision is fast) and prompt lookup (06; no draft model). The learned drafters'
+temperature-1 speeds and the cost model's account of them are :mod:`helpers.speed`'s; transformers' assisted
+generation is compared with ours in notebook 04 (:mod:`helpers.bench`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from helpers.data import EVAL_PROMPTS, read_prompts
+from helpers.decoding import prompt_lookup, speculative
+from helpers.decoding.lookup import lookup_draft
+from helpers.heads import DraftHead, HeadStep
+from helpers.machine import machine_info
+from helpers.models import Pair, self_draft
+from helpers.protocol import MIN_PROMPTS, Decoder, across_runs, mean_speedup, timed_runs
+from helpers.speed import DYNAMIC_MAX, config_name, decoder, encoded, explained, interval_text, load, same_text, split
+from helpers.timing import ForwardStep, drafter_costs
+
+DRAFTERS = ("draft", "head", "self-draft", "lookup")
+"""The distilled draft, the draft head, the fp16 copy of the expert, prompt lookup."""
+CANDIDATES: dict[str, tuple[int | str, ...]] = {"draft": (1, 2, 3, 4, "dynamic"), "head": (1, 2, 3, 4, "dynamic"),
+                                                "self-draft": (1, 2, 4, 6), "lookup": (1, 2, 4, 6)}
+"""The draft lengths the selection tries per drafter ("dynamic": :mod:`helpers.speed`'s dynamic length; prompt
+lookup drafts up to γ tokens where it finds a match)."""
+LABELS = {"draft": "distilled draft", "head": "draft head", "self-draft": "fp16 self-draft",
+          "lookup": "prompt lookup"}
+NAIVE = config_name("naive", 0, 0.0)
+DEFAULTS = {"cost_prompts": 5, "cost_repeats": 10, "select_prompts": 8, "select_tokens": 32, "eval_prompts": 20,
+            "rounds": 3, "max_new_tokens": 48}
+QUICK = {"cost_prompts": 1, "cost_repeats": 2, "select_prompts": 2, "select_tokens": 8, "eval_prompts": 2,
+         "rounds": 1, "max_new_tokens": 8}
+"""``--quick``: every phase on a prompt or two with a few tokens (a smoke test of the protocol, no intervals)."""
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' * (n != 1)}"
+
+
+def drafter_decoder(pair: Pair, head: DraftHead, fp16: torch.nn.Module, drafter: str, gamma: int | str,
+                    max_new_tokens: int) -> Decoder:
+    """One greedy configuration: naive decoding or a drafter at draft length γ (the learned drafters through
+    :func:`helpers.speed.decoder`)."""
+    if drafter in ("naive", "draft", "head"):
+        return decoder(pair, head, drafter, gamma, 0.0, max_new_tokens)
+    common = {"max_new_tokens": max_new_tokens, "temperature": 0.0, "eos_token_id": pair.eos_token_id}
+    if drafter == "self-draft":
+        return lambda ids, seed: speculative(pair.expert, fp16, ids, gamma=gamma, **common)
+    if drafter == "lookup":
+        return lambda ids, seed: prompt_lookup(pair.expert, ids, gamma=gamma, **common)
+    raise ValueError(f"unknown drafter {drafter!r}: choose 'naive' or one of {DRAFTERS}")
+
+
+def costs(pair: Pair, head: DraftHead, fp16: torch.nn.Module, prompts: Sequence[torch.Tensor], *,
+          repeats: int) -> list[dict]:
+    """Phase 1: per prompt, every drafter's c and r(d) for d = 1..:data:`~helpers.speed.DYNAMIC_MAX`."""
+    rows = []
+    for i, ids in enumerate(prompts):
+        context = ids[0].tolist()
+        steps = {"draft": ForwardStep(pair.amateur, ids, 1), "head": HeadStep(head, pair.expert, ids),
+                 "self-draft": ForwardStep(fp16, ids, 1), "lookup": lambda context=context: lookup_draft(context, 1)}
+        c, r = drafter_costs(pair.expert, ids, steps, range(1, DYNAMIC_MAX + 1), repeats)
+        rows.append({"prompt": i, "c": c, "r": {str(d): v for d, v in r.items()}})
+    return rows
+
+
+def select(records: Sequence[dict]) -> dict[str, int | str]:
+    """Phase 2: per drafter, the γ with the highest mean speedup over naive decoding among those ``records`` hold."""
+    timed = {rec["config"] for rec in records}
+    chosen: dict[str, int | str] = {}
+    for drafter in DRAFTERS:
+        gammas = [g for g in CANDIDATES[drafter] if config_name(drafter, g, 0.0) in timed]
+        if not gammas or NAIVE not in timed:
+            raise ValueError(f"no timed runs of naive decoding and of {drafter} to select from")
+        chosen[drafter] = max(gammas, key=lambda g, d=drafter: mean_speedup(records, NAIVE, config_name(d, g, 0.0)))
+    return chosen
+
+
+def evaluate_run(out: Path, run: int, command: str | None = None) -> None:
+    """Phase 3, one run (in its own process, or by ``--add-run``): appends its records, machine and date to ``out``."""
+    result = json.loads(out.read_text())
+    s, machine = result["settings"], machine_info("cpu")
+    if machine["cpu_kind"] != result["machine"]["cpu_kind"]:
+        raise ValueError(f"{out} was measured on {result['machine']['cpu_kind']}, this machine is "
+                         f"{machine['cpu_kind']}: a file holds one CPU kind; write a new --out file here")
+    pair, head = load("eager")
+    fp16 = self_draft(pair.expert)
+    configs = {NAIVE: drafter_decoder(pair, head, fp16, "naive", 0, s["max_new_tokens"])}
+    configs |= {config_name(d, g, 0.0): drafter_decoder(pair, head, fp16, d, g, s["max_new_tokens"])
+                for d, g in result["selected"].items()}
+    started = time.time()
+    records = timed_runs(configs, encoded(pair, result["evaluation_prompts"]), rounds=s["rounds"], seed=2000 + run)
+    result.setdefault("runs", []).append({"run": run, "seconds": time.time() - started, "machine": machine,
+                                          "date": time.strftime("%Y-%m-%d", time.gmtime()),
+                                          **({"command": command} if command else {}), "records": records})
+    out.write_text(json.dumps(result, indent=1) + "\n")
+
+
+# --------------------------------------------------------------------------------------------- summary
+def cost_medians(result: dict) -> tuple[dict[str, float], dict[int, float]]:
+    """Every drafter's c and r(d) for d = 0..:data:`~helpers.speed.DYNAMIC_MAX`: medians over the cost prompts."""
+    rows = result["costs"]
+    c = {drafter: float(np.median([row["c"][drafter] for row in rows])) for drafter in rows[0]["c"]}
+    r = {int(d): float(np.median([row["r"][d] for row in rows])) for d in rows[0]["r"]}
+    return c, r
+
+
+def summary(result: dict) -> dict[str, dict]:
+    """Per drafter at its selected γ: the speedup over naive decoding of every run, pooled and their spread
+    (intervals from :data:`~helpers.protocol.MIN_PROMPTS` requests on, else the mean alone); greedy agreement
+    (mean β over runs with draft positions), drafts kept, tokens per expert call, how many texts were naive
+    decoding's; c and r(γ) (medians over the cost prompts; r of the longest draft for a dynamic length); the speedup
+    the cost model explains from the counted draft lengths with that c and r(d) (:func:`helpers.speed.explained`:
+    bare passes, the prompt's prefill and the work around the passes left out)."""
+    runs = [run["records"] for run in result["runs"]]
+    cost_c, r = cost_medians(result)
+    out = {}
+    for drafter, gamma in result["selected"].items():
+        name = config_name(drafter, gamma, 0.0)
+        records = [rec for run in runs for rec in run if rec["config"] == name]
+        enough = len(result["evaluation_prompts"]) >= MIN_PROMPTS
+        speed = (across_runs(runs, NAIVE, name) if enough else
+                 {"per_run": [mean_speedup(run, NAIVE, name) for run in runs], "pooled": None})
+        rounds = [counts for rec in records for counts in rec["rounds"]]
+        alphas = [rec["alpha"] for rec in records if rec["alpha"] is not None and rec["alpha"] == rec["alpha"]]
+        same = [same_text(run, NAIVE, name) for run in runs]
+        d = DYNAMIC_MAX if gamma == "dynamic" else gamma
+        out[drafter] = {
+            "gamma": gamma, "speedup": speed,
+            "alpha": float(np.mean(alphas)) if alphas else None,
+            "kept": sum(k for _, k in rounds) / max(1, sum(dr for dr, _ in rounds)),
+            "tokens_per_call": sum(len(rec["tokens"]) for rec in records) / sum(rec["expert_calls"] for rec in records),
+            "same_text": (sum(a for a, _ in same), sum(b for _, b in same)),
+            "c": cost_c[drafter], "r": r[d], "explained": explained(records, cost_c[drafter], r)}
+    return out
+
+
+def speedup_cell(entry: dict) -> str:
+    speed = entry["speedup"]
+    if speed["pooled"] is None:
+        return f"{', '.join(f'{v:.2f}×' for v in speed['per_run'])} (no interval: fewer than {MIN_PROMPTS} requests)"
+    runs = ", ".join(f"{s.mean:.2f}×" for s in speed["per_run"])
+    return f"{interval_text(speed['pooled'])} ({runs})"
+
+
+def markdown_table(result: dict) -> str:
+    """The summary as a Markdown table, with the settings and the machine under it."""
+    s, rows = result["settings"], summary(result)
+    lines = ["| drafter | γ (selected) | speedup vs naive, pooled [95 % CI] (each run) | greedy agreement "
+             "| drafts kept | tokens/expert call | c | r(γ) | explained | measured / explained "
+             "| texts naive decoding's |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for drafter, e in rows.items():
+        alpha = "–" if e["alpha"] is None else f"{e['alpha']:.2f}"
+        measured = e["speedup"]["pooled"].mean if e["speedup"]["pooled"] else float(np.mean(e["speedup"]["per_run"]))
+        lines.append(f"| {LABELS[drafter]} | {e['gamma']} | {speedup_cell(e)} | {alpha} | {e['kept']:.2f} | "
+                     f"{e['tokens_per_call']:.2f} | {e['c']:.3g} | {e['r']:.2f} | {e['explained']:.2f}× | "
+                     f"{measured / e['explained']:.2f} | {e['same_text'][0]} of {e['same_text'][1]} |")
+    tried = "; ".join(f"{LABELS[d]} {', '.join(map(str, g))}" for d, g in CANDIDATES.items())
+    lines += ["", f"- {len(result['evaluation_prompts'])} held-out chat requests (chat template, EOS on), greedy, up "
+                  f"to {s['max_new_tokens']} tokens, {plural(s['rounds'], 'shuffled timing round')} × "
+                  f"{plural(len(result['runs']), 'run')}; γ selected on {len(result['selection_prompts'])} other "
+                  f"requests ({s['select_tokens']} tokens, one timing round) from {tried}",
+              f"- c and r: medians over {plural(s['cost_prompts'], 'request')} of {s['cost_repeats']} interleaved "
+              f"rounds; r(γ) for a dynamic length is r({DYNAMIC_MAX}), its longest draft",
+              f"- {result['machine']['cpu_kind']}, {result['machine']['threads']} threads, fp32 eager; reproduce with: "
+              f"{result['command']}"]
+    return "\n".join(lines)
+
+
+def readme_row(result: dict) -> str:
+    """The README's row (a test checks that the README holds it verbatim)."""
+    s, rows = result["settings"], summary(result)
+    what = (f"**every drafter side by side, one protocol** (notebook 07; {len(result['evaluation_prompts'])} held-out "
+            f"chat requests, chat template, EOS on, greedy, up to {s['max_new_tokens']} tokens, "
+            f"{plural(s['rounds'], 'shuffled timing round')} × {plural(len(result['runs']), 'run')}; γ selected on "
+            f"{len(result['selection_prompts'])} other requests; speedup over naive decoding, pooled [95 % CI] and "
+            "each run)")
+    cells = "; ".join(f"{LABELS[d]} γ = {e['gamma']}: {speedup_cell(e)}, c = {e['c']:.3g}" for d, e in rows.items())
+    return f"| {what} | {result['machine']['cpu_kind']} | {cells} | `{result['command']}` |"
+
+
+# ------------------------------------------------------------------------------------------------- CLI
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--runs", type=int, default=2, help="independent evaluation runs, each in its own process")
+    parser.add_argument("--quick", action="store_true", help="a prompt or two, a few tokens: a smoke test")
+    parser.add_argument("--show", action="store_true", help="print an existing --out file's table, measure nothing")
+    parser.add_argument("--add-run", action="store_true",
+                        help="append one more independent evaluation run to an existing --out file (same CPU kind)")
+    parser.add_argument("--evaluate-run", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.show:
+        result = json.loads(args.out.read_text())
+        print(markdown_table(result), readme_row(result), sep="\n\n")
+        return
+    if args.evaluate_run is not None:
+        evaluate_run(args.out, args.evaluate_run)
+        return
+    if args.add_run:
+        evaluate_run(args.out, len(json.loads(args.out.read_text())["runs"]),
+                     f"python -m helpers.sidebyside --out {args.out} --add-run")
+        print(markdown_table(json.loads(args.out.read_text())))
+        return
+    settings = {**DEFAULTS, **(QUICK if args.quick else {})}
+    started = time.time()
+    pair, head = load("eager")
+    fp16 = self_draft(pair.expert)
+    selection, evaluation = split(read_prompts(EVAL_PROMPTS))
+    selection, evaluation = selection[:settings["select_prompts"]], evaluation[:settings["eval_prompts"]]
+    result = {"command": "python -m helpers.sidebyside " + " ".join(sys.argv[1:] if argv is None else argv),
+              "settings": {**settings, "runs": args.runs, "candidates": CANDIDATES, "prompts_file": EVAL_PROMPTS.name,
+                           "chat_template": True, "eos": True, "temperature": 0.0},
+              "machine": machine_info(pair.device), "selection_prompts": selection, "evaluation_prompts": evaluation}
+    result["costs"] = costs(pair, head, fp16, encoded(pair, evaluation[:settings["cost_prompts"]]),
+                            repeats=settings["cost_repeats"])
+    candidates = {NAIVE: drafter_decoder(pair, head, fp16, "naive", 0, settings["select_tokens"])}
+    candidates |= {config_name(d, g, 0.0): drafter_decoder(pair, head, fp16, d, g, settings["select_tokens"])
+                   for d, gammas in CANDIDATES.items() for g in gammas}
+    result["selection_runs"] = timed_runs(candidates, encoded(pair, selection), rounds=1)
+    result["selected"] = select(result["selection_runs"])
+    result["setup_seconds"] = time.time() - started
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    for run in range(args.runs):
+        subprocess.run([sys.executable, "-m", "helpers.sidebyside", "--out", str(args.out), "--evaluate-run",
+                        str(run)], check=True)
+    print(markdown_table(json.loads(args.out.read_text())))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""helpers.sidebyside: every drafter exact against naive decoding, the costs, the selection on other requests, and
+the summary, table and README row of notebook 07's side-by-side protocol file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import assert_readme_rows, random_head
+
+from helpers import sidebyside
+from helpers.models import self_draft
+from helpers.speed import config_name
+
+
+@pytest.mark.parametrize("gamma", [1, 4])
+def test_every_drafter_writes_greedy_decodings_text(tiny_text_pair, gamma):
+    head, fp16 = random_head(tiny_text_pair.expert), self_draft(tiny_text_pair.expert)
+    ids = torch.tensor([[2, 3, 4, 2, 3]])
+    texts = {d: sidebyside.drafter_decoder(tiny_text_pair, head, fp16, d, gamma, 10)(ids, 0).new_token_ids
+             for d in ("naive", *sidebyside.DRAFTERS)}
+    assert all(text == texts["naive"] for text in texts.values()), texts
+    with pytest.raises(ValueError, match="unknown drafter 'oracle'"):
+        sidebyside.drafter_decoder(tiny_text_pair, head, fp16, "oracle", gamma, 10)
+
+
+def test_costs_give_every_drafters_c_and_r_up_to_the_longest_draft(tiny_text_pair):
+    head, fp16 = random_head(tiny_text_pair.expert), self_draft(tiny_text_pair.expert)
+    rows = sidebyside.costs(tiny_text_pair, head, fp16, [torch.tensor([[2, 3, 4]])], repeats=2)
+    assert set(rows[0]["c"]) == set(sidebyside.DRAFTERS) and set(rows[0]["r"]) == {str(d) for d in range(7)}
+
+
+def records(n_prompts: int, seconds: dict[str, float], run: int = 0) -> list[dict]:
+    """One timing round per prompt; 10 tokens each; the drafters keep one of two drafted tokens per round."""
+    out = []
+    for i in range(n_prompts):
+        for name, s in seconds.items():
+            drafting = not name.startswith("naive")
+            out.append({"prompt": i, "round": 0, "config": name, "seconds": s * (1 + 0.01 * i + 0.02 * run),
+                        "tokens": [1] * 10, "expert_calls": 5 if drafting else 10, "alpha": 0.5 if drafting else None,
+                        "rounds": [[2, 1]] * 5 if drafting else []})
+    return out
+
+
+SELECTED = {"draft": 1, "head": "dynamic", "self-draft": 4, "lookup": 2}
+
+
+def fake_result(n_prompts: int, runs: int = 2) -> dict:
+    seconds = {sidebyside.NAIVE: 1.0, **{config_name(d, g, 0.0): 0.8 for d, g in SELECTED.items()}}
+    cost = {"c": {"draft": 0.12, "head": 0.07, "self-draft": 0.95, "lookup": 0.0003},
+            "r": {str(d): 1 + 0.1 * d for d in range(1, 7)}}
+    return {"command": "python -m helpers.sidebyside --out x.json", "selected": SELECTED, "costs": [cost] * 3,
+            "evaluation_prompts": ["p"] * n_prompts, "selection_prompts": ["q"] * 8,
+            "settings": {**sidebyside.DEFAULTS, "eval_prompts": n_prompts},
+            "machine": {"cpu_kind": "a test CPU", "threads": 2},
+            "runs": [{"run": k, "records": records(n_prompts, seconds, k)} for k in range(runs)]}
+
+
+def test_select_picks_each_drafters_fastest_gamma():
+    timed = {sidebyside.NAIVE: 1.0}
+    for drafter, gammas in sidebyside.CANDIDATES.items():
+        timed |= {config_name(drafter, g, 0.0): 0.9 if g == SELECTED[drafter] else 1.1 for g in gammas}
+    assert sidebyside.select(records(3, timed)) == SELECTED
+    with pytest.raises(ValueError, match="no timed runs of naive decoding and of lookup"):
+        sidebyside.select([r for r in records(3, timed) if not r["config"].startswith("lookup")])
+
+
+def test_summary_pools_runs_and_counts_rounds():
+    s = sidebyside.summary(fake_result(20))
+    head = s["head"]
+    assert head["speedup"]["pooled"].mean == pytest.approx(1.25, rel=0.02) and len(head["speedup"]["per_run"]) == 2
+    assert (head["alpha"], head["kept"], head["tokens_per_call"]) == (0.5, 0.5, 2.0)
+    assert head["same_text"] == (40, 40) and head["c"] == 0.07 and head["r"] == pytest.approx(1.6), "r(6): dynamic"
+    assert s["lookup"]["r"] == pytest.approx(1.2) and s["draft"]["r"] == pytest.approx(1.1)
+
+
+def test_the_table_prints_intervals_only_from_enough_requests():
+    assert "[" in sidebyside.markdown_table(fake_result(20)).split("\n")[2]
+    few = sidebyside.markdown_table(fake_result(3, runs=1))
+    assert "no interval: fewer than 20 requests" in few and "× 1 run;" in few
+    assert "| fp16 self-draft | 4 |" in few and "| 0.0003 |" in few
+
+
+def test_a_run_is_added_only_on_the_files_cpu_kind(tmp_path, monkeypatch):
+    out = tmp_path / "sidebyside.json"
+    out.write_text(json.dumps(fake_result(3)))
+    monkeypatch.setattr(sidebyside, "machine_info", lambda device: {"cpu_kind": "another CPU"})
+    with pytest.raises(ValueError, match="a file holds one CPU kind"):
+        sidebyside.evaluate_run(out, 2)
+
+
+def test_readme_holds_the_rendered_row_of_every_committed_sidebyside_file():
+    assert_readme_rows("sidebyside-*.json", sidebyside.readme_row)
