@@ -159,6 +159,25 @@ def summary(result: dict) -> dict[str, dict]:
     return out
 
 
+def over(result: dict, slow: str, fast: str) -> dict:
+    """The speedup of drafter ``fast`` over drafter ``slow``, both at their selected γ, paired by request like every
+    protocol speedup: every run's, pooled, and their spread (:func:`helpers.protocol.across_runs`; from
+    :data:`~helpers.protocol.MIN_PROMPTS` requests on)."""
+    runs = [run["records"] for run in result["runs"]]
+    return across_runs(runs, config_name(slow, result["selected"][slow], 0.0),
+                       config_name(fast, result["selected"][fast], 0.0))
+
+
+def lead_line(result: dict, rows: dict[str, dict]) -> str:
+    """The fastest drafter's speedup over each other drafter (empty below :data:`~helpers.protocol.MIN_PROMPTS`
+    requests): whether it leads the table by more than the rows' separate intervals show."""
+    if len(result["evaluation_prompts"]) < MIN_PROMPTS:
+        return ""
+    best = max(rows, key=lambda d: rows[d]["speedup"]["pooled"].mean)
+    leads = "; ".join(f"over {LABELS[d]} {interval_text(over(result, d, best)['pooled'])}" for d in rows if d != best)
+    return f"- the fastest, {LABELS[best]}, over each other drafter, paired by request (pooled [95 % CI]): {leads}"
+
+
 def speedup_cell(entry: dict) -> str:
     speed = entry["speedup"]
     if speed["pooled"] is None:
@@ -189,7 +208,8 @@ def markdown_table(result: dict) -> str:
               f"rounds; r(γ) for a dynamic length is r({DYNAMIC_MAX}), its longest draft",
               f"- {result['machine']['cpu_kind']}, {result['machine']['threads']} threads, fp32 eager; reproduce with: "
               f"{result['command']}"]
-    return "\n".join(lines)
+    lead = lead_line(result, rows)
+    return "\n".join(lines + [lead] * bool(lead))
 
 
 def readme_row(result: dict) -> str:

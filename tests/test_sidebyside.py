@@ -92,3 +92,14 @@ def test_a_run_is_added_only_on_the_files_cpu_kind(tmp_path, monkeypatch):
 
 def test_readme_holds_the_rendered_row_of_every_committed_sidebyside_file():
     assert_readme_rows("sidebyside-*.json", sidebyside.readme_row)
+
+
+def test_the_fastest_drafters_lead_is_paired_by_request():
+    result = fake_result(20)
+    for run in result["runs"]:
+        for rec in run["records"]:
+            rec["seconds"] *= 0.5 if rec["config"].startswith("head") else 1
+    line = sidebyside.markdown_table(result).splitlines()[-1]
+    assert line.startswith("- the fastest, draft head,") and "over prompt lookup 2.00× [2.00, 2.00]" in line
+    assert sidebyside.over(result, "lookup", "head")["pooled"].mean == pytest.approx(2.0)
+    assert "the fastest" not in sidebyside.markdown_table(fake_result(3))
