@@ -467,9 +467,10 @@ def markdown_table(result: dict) -> str:
               f"- costs (median over {st['cost_prompts']} prompts × contexts +{contexts} tokens): expert step "
               f"{step_ms:.0f} ms, c: draft {c['draft']:.3f}, head {c['head']:.3f}; "
               f"r(d) for d = {shown[0]}..{shown[-1]}: {r_text}",
-              f"- {s['prompts']} evaluation prompts × {st['rounds']} shuffled timing rounds × {s['runs']} runs "
+              f"- {s['prompts']} held-out requests (data/eval_prompts.txt) × {st['rounds']} shuffled timing rounds × "
+              f"{s['runs']} runs "
               f"(separate processes), up to {st['max_new_tokens']} tokens, chat template, EOS on; γ selected among "
-              f"{tried_gammas(result)} on {len(result['selection_prompts'])} other prompts ({st['select_tokens']} "
+              f"{tried_gammas(result)} on {len(result['selection_prompts'])} other requests ({st['select_tokens']} "
               "tokens, 1 timing round)",
               f"- {result['machine']['cpu_kind']}, {result['machine']['threads']} threads"
               + ("" if path_name(st) == "fp32 eager" else f", the {path_name(st)} path (helpers.kernels)")

@@ -140,7 +140,7 @@ def test_a_whole_round_is_timed_in_naive_steps_of_the_same_timing_round():
 def test_table_prints_intervals_only_from_enough_prompts():
     table = speed.markdown_table(fake_result(20))
     assert "| head | 0 | 3 | 1.83× [" in table and "(runs 2.00×, 1.67×)" in table and "a test CPU" in table
-    assert "γ selected among 1..6 and dynamic on 4 other prompts" in table
+    assert "γ selected among 1..6 and dynamic on 4 other requests" in table
     few = speed.markdown_table(fake_result(3, runs=1))
     assert "no interval from fewer than 20 prompts" in few and "[" not in few.split("\n")[2]
 
