@@ -12,20 +12,29 @@
    (:func:`speedup`), refused below :data:`MIN_PROMPTS` prompts.
 5. **Several runs.** Independent runs (separate processes) are reported one by one and pooled, with their spread
    (:func:`across_runs`), so that a reader sees the run-to-run spread next to the within-run interval.
+
+A protocol command (:mod:`helpers.speed`, :mod:`helpers.sidebyside`) writes one result file per CPU kind: its setup
+phases first, then every run appended by :func:`append_run` in a process of its own (:func:`start_runs`); the shared
+options (``--out``, ``--runs``, ``--quick``, ``--show``, ``--add-run``) are :func:`add_file_arguments`'s.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import random
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from helpers.compare import Interval, mean_of
 from helpers.decoding import Generation, SpecIteration
+from helpers.machine import machine_info
 from helpers.timing import others_busy_cores
 
 MIN_PROMPTS = 20
@@ -129,3 +138,67 @@ def across_runs(runs: Sequence[Sequence[dict]], slow: str, fast: str) -> dict:
     pooled = _interval([float(np.mean([r[i] for r in by_prompt])) for i in sorted(shared)])
     means = [s.mean for s in per_run]
     return {"per_run": per_run, "pooled": pooled, "spread": max(means) - min(means)}
+
+
+# ------------------------------------------------------------------------------------ result files, one per CPU kind
+def add_file_arguments(parser: argparse.ArgumentParser, quick: str) -> None:
+    """The options every protocol command shares (``quick``: what ``--quick`` shrinks the protocol to)."""
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--runs", type=int, default=2, help="independent evaluation runs, each in its own process")
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--show", action="store_true",
+                        help="print the table and the README row of an existing --out file, measure nothing")
+    parser.add_argument("--add-run", action="store_true",
+                        help="append one more independent evaluation run to an existing --out file (same CPU kind)")
+    parser.add_argument("--evaluate-run", type=int, default=None, help=argparse.SUPPRESS)
+
+
+def append_run(out: Path, run: int, evaluation: Callable[[dict], tuple[dict[str, Decoder], Sequence[torch.Tensor]]],
+               *, seed: int, command: str | None = None) -> None:
+    """Step 5, one run: times ``evaluation(result)``'s configurations on its prompts (:func:`timed_runs`, the file's
+    ``rounds``) and appends the records with the run's machine, date and ``command`` (``--add-run`` keeps its own) to
+    ``out``. Refused, before ``evaluation`` loads any model, on a CPU kind other than the file's."""
+    result = json.loads(out.read_text())
+    machine = machine_info("cpu")
+    if machine["cpu_kind"] != result["machine"]["cpu_kind"]:
+        raise ValueError(f"{out} was measured on {result['machine']['cpu_kind']}, this machine is "
+                         f"{machine['cpu_kind']}: a file holds one CPU kind; write a new --out file here")
+    configs, prompts = evaluation(result)
+    started = time.time()
+    records = timed_runs(configs, prompts, rounds=result["settings"]["rounds"], seed=seed)
+    result.setdefault("runs", []).append({"run": run, "seconds": time.time() - started, "machine": machine,
+                                          "date": time.strftime("%Y-%m-%d", time.gmtime()),
+                                          **({"command": command} if command else {}), "records": records})
+    out.write_text(json.dumps(result, indent=1) + "\n")
+
+
+def commands(result: dict) -> str:
+    """The file's command in backticks, then that of every run added later with ``--add-run``."""
+    added = [run["command"] for run in result.get("runs", []) if "command" in run]
+    return " then ".join(f"`{command}`" for command in [result["command"], *added])
+
+
+def file_command(args: argparse.Namespace, module: str, evaluate_run: Callable[[Path, int, str | None], None],
+                 show: Callable[[dict], str]) -> bool:
+    """Carries out ``--show``, ``--evaluate-run`` (one run, started by :func:`start_runs`) or ``--add-run`` on
+    ``args.out``; False when the command is a new measurement instead."""
+    if args.show:
+        print(show(json.loads(args.out.read_text())))
+    elif args.evaluate_run is not None:
+        evaluate_run(args.out, args.evaluate_run, None)
+    elif args.add_run:
+        evaluate_run(args.out, len(json.loads(args.out.read_text())["runs"]),
+                     f"python -m {module} --out {args.out} --add-run")
+        print(show(json.loads(args.out.read_text())))
+    else:
+        return False
+    return True
+
+
+def start_runs(result: dict, out: Path, module: str, runs: int) -> None:
+    """Writes the setup phases' ``result`` to ``out``, then appends ``runs`` evaluation runs, each in a process of
+    its own (``python -m module --evaluate-run``), so that no run inherits another's warm caches."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    for run in range(runs):
+        subprocess.run([sys.executable, "-m", module, "--out", str(out), "--evaluate-run", str(run)], check=True)

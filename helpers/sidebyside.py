@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -37,7 +36,18 @@ from helpers.decoding.lookup import lookup_draft
 from helpers.heads import DraftHead, HeadStep
 from helpers.machine import machine_info
 from helpers.models import Pair, self_draft
-from helpers.protocol import MIN_PROMPTS, Decoder, across_runs, mean_speedup, timed_runs
+from helpers.protocol import (
+    MIN_PROMPTS,
+    Decoder,
+    across_runs,
+    add_file_arguments,
+    append_run,
+    commands,
+    file_command,
+    mean_speedup,
+    start_runs,
+    timed_runs,
+)
 from helpers.speed import DYNAMIC_MAX, config_name, decoder, encoded, explained, interval_text, load, same_text, split
 from helpers.timing import ForwardStep, drafter_costs
 
@@ -100,24 +110,20 @@ def select(records: Sequence[dict]) -> dict[str, int | str]:
     return chosen
 
 
-def evaluate_run(out: Path, run: int, command: str | None = None) -> None:
-    """Phase 3, one run (in its own process, or by ``--add-run``): appends its records, machine and date to ``out``."""
-    result = json.loads(out.read_text())
-    s, machine = result["settings"], machine_info("cpu")
-    if machine["cpu_kind"] != result["machine"]["cpu_kind"]:
-        raise ValueError(f"{out} was measured on {result['machine']['cpu_kind']}, this machine is "
-                         f"{machine['cpu_kind']}: a file holds one CPU kind; write a new --out file here")
+def evaluation(result: dict) -> tuple[dict[str, Decoder], list[torch.Tensor]]:
+    """Phase 3's configurations (naive decoding and every drafter at its selected γ) and prompts."""
     pair, head = load("eager")
     fp16 = self_draft(pair.expert)
-    configs = {NAIVE: drafter_decoder(pair, head, fp16, "naive", 0, s["max_new_tokens"])}
-    configs |= {config_name(d, g, 0.0): drafter_decoder(pair, head, fp16, d, g, s["max_new_tokens"])
+    n = result["settings"]["max_new_tokens"]
+    configs = {NAIVE: drafter_decoder(pair, head, fp16, "naive", 0, n)}
+    configs |= {config_name(d, g, 0.0): drafter_decoder(pair, head, fp16, d, g, n)
                 for d, g in result["selected"].items()}
-    started = time.time()
-    records = timed_runs(configs, encoded(pair, result["evaluation_prompts"]), rounds=s["rounds"], seed=2000 + run)
-    result.setdefault("runs", []).append({"run": run, "seconds": time.time() - started, "machine": machine,
-                                          "date": time.strftime("%Y-%m-%d", time.gmtime()),
-                                          **({"command": command} if command else {}), "records": records})
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    return configs, encoded(pair, result["evaluation_prompts"])
+
+
+def evaluate_run(out: Path, run: int, command: str | None = None) -> None:
+    """Phase 3, one run (:func:`helpers.protocol.append_run`)."""
+    append_run(out, run, evaluation, seed=2000 + run, command=command)
 
 
 # --------------------------------------------------------------------------------------------- summary
@@ -207,7 +213,7 @@ def markdown_table(result: dict) -> str:
               f"- c and r: medians over {plural(s['cost_prompts'], 'request')} of {s['cost_repeats']} interleaved "
               f"rounds; r(γ) for a dynamic length is r({DYNAMIC_MAX}), its longest draft",
               f"- {result['machine']['cpu_kind']}, {result['machine']['threads']} threads, fp32 eager; reproduce with: "
-              f"{result['command']}"]
+              f"{commands(result)}"]
     lead = lead_line(result, rows)
     return "\n".join(lines + [lead] * bool(lead))
 
@@ -221,31 +227,20 @@ def readme_row(result: dict) -> str:
             f"{len(result['selection_prompts'])} other requests; speedup over naive decoding, pooled [95 % CI] and "
             "each run)")
     cells = "; ".join(f"{LABELS[d]} γ = {e['gamma']}: {speedup_cell(e)}, c = {e['c']:.3g}" for d, e in rows.items())
-    return f"| {what} | {result['machine']['cpu_kind']} | {cells} | `{result['command']}` |"
+    return f"| {what} | {result['machine']['cpu_kind']} | {cells} | {commands(result)} |"
 
 
 # ------------------------------------------------------------------------------------------------- CLI
+def show(result: dict) -> str:
+    """A result file's table and README row."""
+    return f"{markdown_table(result)}\n\n{readme_row(result)}"
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--runs", type=int, default=2, help="independent evaluation runs, each in its own process")
-    parser.add_argument("--quick", action="store_true", help="a prompt or two, a few tokens: a smoke test")
-    parser.add_argument("--show", action="store_true", help="print an existing --out file's table, measure nothing")
-    parser.add_argument("--add-run", action="store_true",
-                        help="append one more independent evaluation run to an existing --out file (same CPU kind)")
-    parser.add_argument("--evaluate-run", type=int, default=None, help=argparse.SUPPRESS)
+    add_file_arguments(parser, "a prompt or two, a few tokens: a smoke test, no intervals")
     args = parser.parse_args(argv)
-    if args.show:
-        result = json.loads(args.out.read_text())
-        print(markdown_table(result), readme_row(result), sep="\n\n")
-        return
-    if args.evaluate_run is not None:
-        evaluate_run(args.out, args.evaluate_run)
-        return
-    if args.add_run:
-        evaluate_run(args.out, len(json.loads(args.out.read_text())["runs"]),
-                     f"python -m helpers.sidebyside --out {args.out} --add-run")
-        print(markdown_table(json.loads(args.out.read_text())))
+    if file_command(args, "helpers.sidebyside", evaluate_run, show):
         return
     settings = {**DEFAULTS, **(QUICK if args.quick else {})}
     started = time.time()
@@ -265,11 +260,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     result["selection_runs"] = timed_runs(candidates, encoded(pair, selection), rounds=1)
     result["selected"] = select(result["selection_runs"])
     result["setup_seconds"] = time.time() - started
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    for run in range(args.runs):
-        subprocess.run([sys.executable, "-m", "helpers.sidebyside", "--out", str(args.out), "--evaluate-run",
-                        str(run)], check=True)
+    start_runs(result, args.out, "helpers.sidebyside", args.runs)
     print(markdown_table(json.loads(args.out.read_text())))
 
 

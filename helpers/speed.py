@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -56,7 +55,19 @@ from helpers.heads import DraftHead, HeadStep, head_speculative, load_head
 from helpers.kernels import KERNELS, with_kernels
 from helpers.machine import fast_bf16, machine_info
 from helpers.models import Pair, load_pair
-from helpers.protocol import MIN_PROMPTS, Decoder, across_runs, depth_acceptance, mean_speedup, timed_runs
+from helpers.protocol import (
+    MIN_PROMPTS,
+    Decoder,
+    across_runs,
+    add_file_arguments,
+    append_run,
+    commands,
+    depth_acceptance,
+    file_command,
+    mean_speedup,
+    start_runs,
+    timed_runs,
+)
 from helpers.timing import ForwardStep, interleaved, speedup_from_counts
 
 DRAFTERS = ("draft", "head")
@@ -220,53 +231,35 @@ def path_name(settings: dict) -> str:
     return f"{settings.get('dtype', 'fp32')} {settings.get('kernels', 'eager')}"
 
 
-def evaluate_run(out: Path, run: int, command: str | None = None) -> None:
-    """Phase 3, one run (called in its own process by :func:`main`, or by ``--add-run``, whose ``command`` the run
-    keeps): appends its records, machine and date to ``out``."""
-    result = json.loads(out.read_text())
+def evaluation(result: dict) -> tuple[dict[str, Decoder], list[torch.Tensor]]:
+    """Phase 3's configurations and prompts for a result file, on the file's execution path."""
     s = result["settings"]
-    machine = machine_info("cpu")
-    if machine["cpu_kind"] != result["machine"]["cpu_kind"]:
-        raise ValueError(f"{out} was measured on {result['machine']['cpu_kind']}, this machine is "
-                         f"{machine['cpu_kind']}: a file holds one CPU kind; write a new --out file here")
     pair, head = load(s.get("kernels", "eager"), s.get("dtype", "fp32"))
     reference = None if path_name(s) == "fp32 eager" else load("eager")[0]
     configs = evaluation_configs(pair, head, result["selected"], s["max_new_tokens"], reference)
-    started = time.time()
-    records = timed_runs(configs, encoded(pair, result["evaluation_prompts"]), rounds=s["rounds"], seed=1000 + run)
-    result.setdefault("runs", []).append({"run": run, "seconds": time.time() - started, "machine": machine,
-                                          "date": time.strftime("%Y-%m-%d", time.gmtime()),
-                                          **({"command": command} if command else {}), "records": records})
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    return configs, encoded(pair, result["evaluation_prompts"])
+
+
+def evaluate_run(out: Path, run: int, command: str | None = None) -> None:
+    """Phase 3, one run (:func:`helpers.protocol.append_run`)."""
+    append_run(out, run, evaluation, seed=1000 + run, command=command)
+
+
+def show(result: dict) -> str:
+    """A result file's table and README row."""
+    return f"{markdown_table(result)}\n\n{readme_row(result)}"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--runs", type=int, default=2, help="independent evaluation runs, each in its own process")
-    parser.add_argument("--quick", action="store_true", help="two prompts, a few tokens: a smoke test, no intervals")
+    add_file_arguments(parser, "two prompts, a few tokens: a smoke test, no intervals")
     parser.add_argument("--kernels", choices=KERNELS, default="eager", help="the models' execution path")
     parser.add_argument("--dtype", choices=tuple(DTYPES), default="fp32",
                         help="the models' weights; bf16 only on a CPU with bf16 instructions")
     for key, value in DEFAULTS.items():
         parser.add_argument(f"--{key.replace('_', '-')}", type=int, default=None, help=f"default {value}")
-    parser.add_argument("--show", action="store_true",
-                        help="print the table and the README row of an existing --out file, measure nothing")
-    parser.add_argument("--add-run", action="store_true",
-                        help="append one more independent evaluation run to an existing --out file (same CPU kind)")
-    parser.add_argument("--evaluate-run", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.show:
-        result = json.loads(args.out.read_text())
-        print(markdown_table(result), readme_row(result), sep="\n\n")
-        return
-    if args.evaluate_run is not None:
-        evaluate_run(args.out, args.evaluate_run)
-        return
-    if args.add_run:
-        evaluate_run(args.out, len(json.loads(args.out.read_text())["runs"]),
-                     f"python -m helpers.speed --out {args.out} --add-run")
-        print(markdown_table(json.loads(args.out.read_text())))
+    if file_command(args, "helpers.speed", evaluate_run, show):
         return
     settings = {**DEFAULTS, **(QUICK if args.quick else {}),
                 **{k: getattr(args, k) for k in DEFAULTS if getattr(args, k) is not None}}
@@ -289,11 +282,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     result["selection_runs"] = timed_runs(candidates, encoded(pair, selection), rounds=1)
     result["selected"] = select(result["selection_runs"])
     result["setup_seconds"] = time.time() - started
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    for run in range(args.runs):
-        subprocess.run([sys.executable, "-m", "helpers.speed", "--out", str(args.out), "--evaluate-run", str(run)],
-                       check=True)
+    start_runs(result, args.out, "helpers.speed", args.runs)
     print(markdown_table(json.loads(args.out.read_text())))
 
 
@@ -405,12 +394,6 @@ def reference_text(s: dict) -> str:
         cells.append(f"{label} {interval_text(versus['pooled'])}" if versus
                      else f"{label} (no interval from fewer than {MIN_PROMPTS} prompts)")
     return "greedy, over naive decoding with the fp32 eager expert in the same timing rounds: " + "; ".join(cells)
-
-
-def commands(result: dict) -> str:
-    """The file's command in backticks, then that of every run added later with ``--add-run``."""
-    added = [run["command"] for run in result.get("runs", []) if "command" in run]
-    return " then ".join(f"`{command}`" for command in [result["command"], *added])
 
 
 def bound(x: float) -> str:

@@ -3,6 +3,9 @@ enough prompts, several runs pooled)."""
 
 from __future__ import annotations
 
+import argparse
+import json
+
 import pytest
 import torch
 
@@ -74,3 +77,48 @@ def test_across_runs_reports_every_run_the_pooled_speedup_and_the_spread():
     assert [s.mean for s in out["per_run"]] == pytest.approx([3.0, 1.5])
     assert out["pooled"].mean == pytest.approx(2.25) and out["pooled"].n == 20
     assert out["spread"] == pytest.approx(1.5)
+
+
+def fake_evaluation(result):
+    def run(ids, seed):
+        return Generation([1, 2], Stats(expert_calls=1))
+    return {"a": run, "b": run}, [torch.tensor([[1]])] * 2
+
+
+def test_a_run_is_appended_with_its_machine_and_command_only_on_the_files_cpu_kind(tmp_path, monkeypatch):
+    out = tmp_path / "result.json"
+    out.write_text(json.dumps({"settings": {"rounds": 2}, "machine": {"cpu_kind": "Some CPU (AVX2)"}, "runs": []}))
+    monkeypatch.setattr(protocol, "machine_info", lambda device: {"cpu_kind": "Some CPU (AVX2)"})
+    protocol.append_run(out, 0, fake_evaluation, seed=1, command="python -m x --add-run")
+    run = json.loads(out.read_text())["runs"][0]
+    assert run["command"] == "python -m x --add-run" and run["machine"]["cpu_kind"] == "Some CPU (AVX2)"
+    assert len(run["records"]) == 2 * 2 * 2
+    monkeypatch.setattr(protocol, "machine_info", lambda device: {"cpu_kind": "Other CPU (AVX512)"})
+    with pytest.raises(ValueError, match=r"measured on Some CPU \(AVX2\), this machine is Other CPU"):
+        protocol.append_run(out, 1, lambda result: pytest.fail("refuse before loading the models"), seed=2)
+
+
+def test_the_shared_options_show_a_file_add_a_run_or_start_a_new_measurement(tmp_path, capsys):
+    parser = argparse.ArgumentParser()
+    protocol.add_file_arguments(parser, "a smoke test")
+    out = tmp_path / "result.json"
+    out.write_text(json.dumps({"runs": [{"run": 0}]}))
+    added = []
+
+    def evaluate_run(path, run, command):
+        added.append((run, command))
+
+    def show(result):
+        return f"{len(result['runs'])} run(s)"
+
+    assert protocol.file_command(parser.parse_args(["--out", str(out), "--show"]), "m", evaluate_run, show)
+    assert protocol.file_command(parser.parse_args(["--out", str(out), "--add-run"]), "m", evaluate_run, show)
+    assert protocol.file_command(parser.parse_args(["--out", str(out), "--evaluate-run", "3"]), "m", evaluate_run, show)
+    assert added == [(1, f"python -m m --out {out} --add-run"), (3, None)]
+    assert capsys.readouterr().out == "1 run(s)\n1 run(s)\n"
+    assert not protocol.file_command(parser.parse_args(["--out", str(out)]), "m", evaluate_run, show)
+
+
+def test_a_files_commands_list_every_added_run():
+    result = {"command": "python -m helpers.speed --out x.json", "runs": [{"run": 0}, {"run": 1, "command": "add"}]}
+    assert protocol.commands(result) == "`python -m helpers.speed --out x.json` then `add`"

@@ -3,8 +3,6 @@ the summary, table and README row of notebook 07's side-by-side protocol file.""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 from conftest import assert_readme_rows, random_head
@@ -80,14 +78,6 @@ def test_the_table_prints_intervals_only_from_enough_requests():
     few = sidebyside.markdown_table(fake_result(3, runs=1))
     assert "no interval: fewer than 20 requests" in few and "× 1 run;" in few
     assert "| fp16 self-draft | 4 |" in few and "| 0.0003 |" in few
-
-
-def test_a_run_is_added_only_on_the_files_cpu_kind(tmp_path, monkeypatch):
-    out = tmp_path / "sidebyside.json"
-    out.write_text(json.dumps(fake_result(3)))
-    monkeypatch.setattr(sidebyside, "machine_info", lambda device: {"cpu_kind": "another CPU"})
-    with pytest.raises(ValueError, match="a file holds one CPU kind"):
-        sidebyside.evaluate_run(out, 2)
 
 
 def test_readme_holds_the_rendered_row_of_every_committed_sidebyside_file():

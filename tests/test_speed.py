@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import assert_readme_rows, random_head
 
-from helpers import speed
+from helpers import protocol, speed
 from helpers.data import EVAL_PROMPTS, read_prompts
 
 
@@ -213,15 +213,10 @@ def test_the_int8_path_is_named_as_in_the_kernels_table():
 def test_a_run_is_added_only_on_the_files_cpu_kind(tmp_path, monkeypatch):
     out = tmp_path / "speed.json"
     out.write_text(json.dumps({"settings": {}, "machine": {"cpu_kind": "Some CPU (AVX2)"}, "runs": []}))
-    monkeypatch.setattr(speed, "machine_info", lambda device: {"cpu_kind": "Other CPU (AVX512)"})
+    monkeypatch.setattr(protocol, "machine_info", lambda device: {"cpu_kind": "Other CPU (AVX512)"})
     monkeypatch.setattr(speed, "load", lambda *args: pytest.fail("refuse before loading the models"))
     with pytest.raises(ValueError, match=r"measured on Some CPU \(AVX2\), this machine is Other CPU"):
         speed.main(["--out", str(out), "--add-run"])
-
-
-def test_a_files_commands_list_every_added_run():
-    result = {"command": "python -m helpers.speed --out x.json", "runs": [{"run": 0}, {"run": 1, "command": "add"}]}
-    assert speed.commands(result) == "`python -m helpers.speed --out x.json` then `add`"
 
 
 def test_held_out_coverage_counts_each_requests_greedy_text_once():
