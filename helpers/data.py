@@ -19,6 +19,9 @@ EVAL_PROMPTS = DATA / "eval_prompts.txt"
 """50 chat-style requests (code, emails, how-to, lists, explanations, summaries of a given text) held out by
 construction: no topic, head noun or template of the training prompts (tested). For speed and acceptance numbers,
 with the chat template and EOS on."""
+GROUNDED_PROMPTS = DATA / "grounded_prompts.txt"
+"""40 input-grounded requests (code to edit, text to rewrite, quote, extract from or condense), held out as
+:data:`EVAL_PROMPTS` is (tested): the workload where prompt lookup drafts by copying (notebook 06)."""
 DISTILL_PROMPTS = DATA / "distill_prompts.txt"
 """5,147 training prompts for the distilled draft (``helpers.distill``), disjoint from the held-out ones."""
 PASSAGE = DATA / "passage.txt"

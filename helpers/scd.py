@@ -205,6 +205,22 @@ def chosen(records: Sequence[dict]) -> dict[str, int]:
             for name in DRAFTERS}
 
 
+def execution_path(pair: Pair) -> str:
+    """How the pair runs: ``"fp32 eager"`` on a CPU (:func:`helpers.models.load_pair`'s default there)."""
+    dtype = str(pair.expert.dtype).removeprefix("torch.").replace("float", "fp")
+    return f"{dtype} eager" + ("" if pair.device.type == "cpu" else f" on {pair.device.type}")
+
+
+def path_of(result: dict) -> str:
+    """The execution path a result file was timed on; files that predate recording it ran ``load_pair``'s default,
+    which on a CPU is fp32 eager."""
+    if "path" in result["settings"]:
+        return result["settings"]["path"]
+    if result["machine"]["device"] != "cpu":
+        raise ValueError("this file predates recording its execution path and was not run on a CPU: measure it anew")
+    return "fp32 eager"
+
+
 def selection_table(result: dict) -> str:
     """Notebook 08's selection table: per γ, each drafter's mean speedup over CD on the selection requests (no
     interval: fewer than :data:`MIN_PROMPTS` requests, one timing round), the chosen γ in bold."""
@@ -281,7 +297,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.gamma = args.gamma or result["selected"]["SCD"]
         args.head_gamma = args.head_gamma or result["selected"]["SCD, head"]
     result["settings"] = {**vars(args), "out": str(args.out), "cd": CD, "prompts_file": EVAL_PROMPTS.name,
-                          "prompt_selection": "every other line, from the first", "chat_template": True, "eos": True}
+                          "path": execution_path(pair), "prompt_selection": "every other line, from the first",
+                          "chat_template": True, "eos": True}
     if args.temperature == 0:
         result["acceptance"] = acceptance(pair, head, prompts, gamma=args.acceptance_gamma,
                                           max_new_tokens=args.acceptance_tokens)

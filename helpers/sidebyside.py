@@ -1,12 +1,14 @@
-"""Every drafter of notebooks 03-07 side by side, by the tutorial's protocol (:mod:`helpers.protocol`) on the
-held-out evaluation requests (``data/eval_prompts.txt``, chat template, EOS on, greedy): notebook 07's section 5.
+"""Every drafter of notebooks 03-07 side by side, by the tutorial's protocol (:mod:`helpers.protocol`) on held-out
+requests (chat template, EOS on, greedy): the chat requests of ``data/eval_prompts.txt`` (notebook 07's section 5)
+or, with ``--prompts grounded``, the input-grounded ones of ``data/grounded_prompts.txt`` (notebook 06's section 2).
 
-``python -m helpers.sidebyside --out data/results/sidebyside-<cpu>.json [--runs 2] [--quick]`` (``--show`` prints an
-existing file's table; ``--add-run`` appends one more evaluation run on a machine of the same CPU kind) writes one
-file with its command, settings, machine and every raw record, in three phases:
+``python -m helpers.sidebyside --out data/results/sidebyside-[grounded-]<cpu>.json [--prompts chat|grounded]
+[--runs 2] [--quick]`` (``--show`` prints an existing file's table; ``--add-run`` appends one more evaluation run on a
+machine of the same CPU kind) writes one file with its command, settings, machine and every raw record, in three
+phases:
 
 1. **costs**: on the first ``--cost-prompts`` evaluation requests, every drafter's c (one draft step / one expert
-   step) and r(d) for d = 1..6 (:func:`helpers.timing.drafter_costs`, interleaved);
+   step) and r(d) for every draft length d up to :data:`LONGEST` (:func:`helpers.timing.drafter_costs`, interleaved);
 2. **selection**: on the selection split (:func:`helpers.speed.split`, never measured on), every drafter at each
    γ of :data:`CANDIDATES`, one timing round; each drafter's fastest γ (:func:`select`);
 3. **evaluation** (``--runs`` separate processes): naive decoding and every drafter at its selected γ, in shuffled
@@ -30,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from helpers.data import EVAL_PROMPTS, read_prompts
+from helpers.data import EVAL_PROMPTS, GROUNDED_PROMPTS, read_prompts
 from helpers.decoding import prompt_lookup, speculative
 from helpers.decoding.lookup import lookup_draft
 from helpers.heads import DraftHead, HeadStep
@@ -54,17 +56,29 @@ from helpers.timing import ForwardStep, drafter_costs
 DRAFTERS = ("draft", "head", "self-draft", "lookup")
 """The distilled draft, the draft head, the fp16 copy of the expert, prompt lookup."""
 CANDIDATES: dict[str, tuple[int | str, ...]] = {"draft": (1, 2, 3, 4, "dynamic"), "head": (1, 2, 3, 4, "dynamic"),
-                                                "self-draft": (1, 2, 4, 6), "lookup": (1, 2, 4, 6)}
+                                                "self-draft": (1, 2, 4, 6), "lookup": (1, 2, 4, 6, 8)}
 """The draft lengths the selection tries per drafter ("dynamic": :mod:`helpers.speed`'s dynamic length; prompt
 lookup drafts up to γ tokens where it finds a match)."""
+LONGEST = max(DYNAMIC_MAX, *(g for gammas in CANDIDATES.values() for g in gammas if isinstance(g, int)))
+"""The longest draft: the cost phase measures r(d) up to it."""
 LABELS = {"draft": "distilled draft", "head": "draft head", "self-draft": "fp16 self-draft",
           "lookup": "prompt lookup"}
 NAIVE = config_name("naive", 0, 0.0)
+PROMPT_SETS = {"chat": (EVAL_PROMPTS, "held-out chat requests", "07"),
+               "grounded": (GROUNDED_PROMPTS, "held-out input-grounded requests", "06")}
+"""``--prompts``: the file, what its requests are called in the tables, the notebook that reads the result."""
 DEFAULTS = {"cost_prompts": 5, "cost_repeats": 10, "select_prompts": 8, "select_tokens": 32, "eval_prompts": 20,
             "rounds": 3, "max_new_tokens": 48}
 QUICK = {"cost_prompts": 1, "cost_repeats": 2, "select_prompts": 2, "select_tokens": 8, "eval_prompts": 2,
          "rounds": 1, "max_new_tokens": 8}
 """``--quick``: every phase on a prompt or two with a few tokens (a smoke test of the protocol, no intervals)."""
+
+
+def prompt_set(result: dict) -> tuple[str, str]:
+    """What a result file's requests are called and the notebook that reads it (files without ``prompts`` are
+    ``chat``)."""
+    _, name, notebook = PROMPT_SETS[result["settings"].get("prompts", "chat")]
+    return name, notebook
 
 
 def plural(n: int, word: str) -> str:
@@ -87,13 +101,13 @@ def drafter_decoder(pair: Pair, head: DraftHead, fp16: torch.nn.Module, drafter:
 
 def costs(pair: Pair, head: DraftHead, fp16: torch.nn.Module, prompts: Sequence[torch.Tensor], *,
           repeats: int) -> list[dict]:
-    """Phase 1: per prompt, every drafter's c and r(d) for d = 1..:data:`~helpers.speed.DYNAMIC_MAX`."""
+    """Phase 1: per prompt, every drafter's c and r(d) for d = 1..:data:`LONGEST`."""
     rows = []
     for i, ids in enumerate(prompts):
         context = ids[0].tolist()
         steps = {"draft": ForwardStep(pair.amateur, ids, 1), "head": HeadStep(head, pair.expert, ids),
                  "self-draft": ForwardStep(fp16, ids, 1), "lookup": lambda context=context: lookup_draft(context, 1)}
-        c, r = drafter_costs(pair.expert, ids, steps, range(1, DYNAMIC_MAX + 1), repeats)
+        c, r = drafter_costs(pair.expert, ids, steps, range(1, LONGEST + 1), repeats)
         rows.append({"prompt": i, "c": c, "r": {str(d): v for d, v in r.items()}})
     return rows
 
@@ -128,7 +142,7 @@ def evaluate_run(out: Path, run: int, command: str | None = None) -> None:
 
 # --------------------------------------------------------------------------------------------- summary
 def cost_medians(result: dict) -> tuple[dict[str, float], dict[int, float]]:
-    """Every drafter's c and r(d) for d = 0..:data:`~helpers.speed.DYNAMIC_MAX`: medians over the cost prompts."""
+    """Every drafter's c and r(d) for every d the file measured: medians over the cost prompts."""
     rows = result["costs"]
     c = {drafter: float(np.median([row["c"][drafter] for row in rows])) for drafter in rows[0]["c"]}
     r = {int(d): float(np.median([row["r"][d] for row in rows])) for d in rows[0]["r"]}
@@ -205,8 +219,8 @@ def markdown_table(result: dict) -> str:
         lines.append(f"| {LABELS[drafter]} | {e['gamma']} | {speedup_cell(e)} | {alpha} | {e['kept']:.2f} | "
                      f"{e['tokens_per_call']:.2f} | {e['c']:.3g} | {e['r']:.2f} | {e['explained']:.2f}× | "
                      f"{measured / e['explained']:.2f} | {e['same_text'][0]} of {e['same_text'][1]} |")
-    tried = "; ".join(f"{LABELS[d]} {', '.join(map(str, g))}" for d, g in CANDIDATES.items())
-    lines += ["", f"- {len(result['evaluation_prompts'])} held-out chat requests (chat template, EOS on), greedy, up "
+    tried = "; ".join(f"{LABELS[d]} {', '.join(map(str, g))}" for d, g in s["candidates"].items())
+    lines += ["", f"- {len(result['evaluation_prompts'])} {prompt_set(result)[0]} (chat template, EOS on), greedy, up "
                   f"to {s['max_new_tokens']} tokens, {plural(s['rounds'], 'shuffled timing round')} × "
                   f"{plural(len(result['runs']), 'run')}; γ selected on {len(result['selection_prompts'])} other "
                   f"requests ({s['select_tokens']} tokens, one timing round) from {tried}",
@@ -221,8 +235,9 @@ def markdown_table(result: dict) -> str:
 def readme_row(result: dict) -> str:
     """The README's row (a test checks that the README holds it verbatim)."""
     s, rows = result["settings"], summary(result)
-    what = (f"**every drafter side by side, one protocol** (notebook 07; {len(result['evaluation_prompts'])} held-out "
-            f"chat requests, chat template, EOS on, greedy, up to {s['max_new_tokens']} tokens, "
+    name, notebook = prompt_set(result)
+    what = (f"**every drafter side by side, one protocol** (notebook {notebook}; {len(result['evaluation_prompts'])} "
+            f"{name}, chat template, EOS on, greedy, up to {s['max_new_tokens']} tokens, "
             f"{plural(s['rounds'], 'shuffled timing round')} × {plural(len(result['runs']), 'run')}; γ selected on "
             f"{len(result['selection_prompts'])} other requests; speedup over naive decoding, pooled [95 % CI] and "
             "each run)")
@@ -239,6 +254,8 @@ def show(result: dict) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_file_arguments(parser, "a prompt or two, a few tokens: a smoke test, no intervals")
+    parser.add_argument("--prompts", choices=tuple(PROMPT_SETS), default="chat",
+                        help="the held-out chat requests (notebook 07) or the input-grounded ones (notebook 06)")
     args = parser.parse_args(argv)
     if file_command(args, "helpers.sidebyside", evaluate_run, show):
         return
@@ -246,10 +263,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     started = time.time()
     pair, head = load("eager")
     fp16 = self_draft(pair.expert)
-    selection, evaluation = split(read_prompts(EVAL_PROMPTS))
+    prompts_file = PROMPT_SETS[args.prompts][0]
+    selection, evaluation = split(read_prompts(prompts_file))
     selection, evaluation = selection[:settings["select_prompts"]], evaluation[:settings["eval_prompts"]]
     result = {"command": "python -m helpers.sidebyside " + " ".join(sys.argv[1:] if argv is None else argv),
-              "settings": {**settings, "runs": args.runs, "candidates": CANDIDATES, "prompts_file": EVAL_PROMPTS.name,
+              "settings": {**settings, "runs": args.runs, "candidates": CANDIDATES, "prompts": args.prompts,
+                           "prompts_file": prompts_file.name,
                            "chat_template": True, "eos": True, "temperature": 0.0},
               "machine": machine_info(pair.device), "selection_prompts": selection, "evaluation_prompts": evaluation}
     result["costs"] = costs(pair, head, fp16, encoded(pair, evaluation[:settings["cost_prompts"]]),

@@ -72,10 +72,12 @@ def test_the_training_prompts_are_topics_times_templates():
     assert len(topics) == 234 and len(lines) == 234 * 22 - 1
 
 
-def test_the_evaluation_prompts_share_no_topic_or_template_with_training():
-    """Held out by construction (data/eval_prompts.txt): no training topic as words, no training template's fixed
-    text, and no training prompt or held-out prompt repeated."""
-    prompts = data.read_prompts(data.EVAL_PROMPTS)
+@pytest.mark.parametrize("path", [data.EVAL_PROMPTS, data.GROUNDED_PROMPTS], ids=lambda p: p.name)
+def test_the_evaluation_prompts_share_no_topic_or_template_with_training(path):
+    """Held out by construction (data/eval_prompts.txt, data/grounded_prompts.txt): no training topic as words, no
+    training template's fixed text, and no training prompt or other held-out prompt repeated; at least 40, so that
+    the protocol's evaluation split (every other line) holds the 20 an interval needs."""
+    prompts = data.read_prompts(path)
     assert len(prompts) >= 40 and len(set(prompts)) == len(prompts)
     topics, lines = training_grid()
     forbidden = forbidden_words(topics)
@@ -86,7 +88,8 @@ def test_the_evaluation_prompts_share_no_topic_or_template_with_training():
         assert not shared, f"{prompt!r} shares a training topic: {sorted(shared)}"
         assert not [p for p in phrases if p in text], f"{prompt!r} shares a training template"
         assert text.rstrip(" .:?").split()[-1] not in endings, f"{prompt!r} ends like a training template"
-    assert not set(prompts) & (set(lines) | set(data.read_prompts(data.PROMPTS)))
+    others = [p for p in (data.PROMPTS, data.EVAL_PROMPTS, data.GROUNDED_PROMPTS) if p != path]
+    assert not set(prompts) & (set(lines) | {q for other in others for q in data.read_prompts(other)})
 
 
 def test_grounded_tasks_contain_the_passage():

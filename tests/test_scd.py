@@ -155,5 +155,13 @@ def test_the_readme_row_renders_every_speedup_with_its_gamma_and_command():
     assert "α under p_cd" not in row, "no acceptance runs in this file"
 
 
+def test_a_files_execution_path_is_recorded_or_the_cpu_default(tiny_text_pair):
+    assert scd.execution_path(tiny_text_pair) == "fp32 eager"
+    assert scd.path_of({"settings": {"path": "bf16 eager"}, "machine": {"device": "cpu"}}) == "bf16 eager"
+    assert scd.path_of({"settings": {}, "machine": {"device": "cpu"}}) == "fp32 eager", "load_pair's CPU default"
+    with pytest.raises(ValueError, match="measure it anew"):
+        scd.path_of({"settings": {}, "machine": {"device": "cuda"}})
+
+
 def test_readme_holds_the_rendered_row_of_every_committed_scd_file():
     assert_readme_rows("scd-*.json", scd.readme_row)

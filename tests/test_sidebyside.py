@@ -9,7 +9,7 @@ from conftest import assert_readme_rows, random_head
 
 from helpers import sidebyside
 from helpers.models import self_draft
-from helpers.speed import config_name
+from helpers.speed import DYNAMIC_MAX, config_name
 
 
 @pytest.mark.parametrize("gamma", [1, 4])
@@ -26,7 +26,9 @@ def test_every_drafter_writes_greedy_decodings_text(tiny_text_pair, gamma):
 def test_costs_give_every_drafters_c_and_r_up_to_the_longest_draft(tiny_text_pair):
     head, fp16 = random_head(tiny_text_pair.expert), self_draft(tiny_text_pair.expert)
     rows = sidebyside.costs(tiny_text_pair, head, fp16, [torch.tensor([[2, 3, 4]])], repeats=2)
-    assert set(rows[0]["c"]) == set(sidebyside.DRAFTERS) and set(rows[0]["r"]) == {str(d) for d in range(7)}
+    longest = max(g for gammas in sidebyside.CANDIDATES.values() for g in gammas if g != "dynamic")
+    assert set(rows[0]["c"]) == set(sidebyside.DRAFTERS)
+    assert set(rows[0]["r"]) == {str(d) for d in range(max(longest, DYNAMIC_MAX) + 1)}, "r of every candidate γ"
 
 
 def records(n_prompts: int, seconds: dict[str, float], run: int = 0) -> list[dict]:
@@ -50,7 +52,7 @@ def fake_result(n_prompts: int, runs: int = 2) -> dict:
             "r": {str(d): 1 + 0.1 * d for d in range(1, 7)}}
     return {"command": "python -m helpers.sidebyside --out x.json", "selected": SELECTED, "costs": [cost] * 3,
             "evaluation_prompts": ["p"] * n_prompts, "selection_prompts": ["q"] * 8,
-            "settings": {**sidebyside.DEFAULTS, "eval_prompts": n_prompts},
+            "settings": {**sidebyside.DEFAULTS, "eval_prompts": n_prompts, "candidates": sidebyside.CANDIDATES},
             "machine": {"cpu_kind": "a test CPU", "threads": 2},
             "runs": [{"run": k, "records": records(n_prompts, seconds, k)} for k in range(runs)]}
 
@@ -78,6 +80,14 @@ def test_the_table_prints_intervals_only_from_enough_requests():
     few = sidebyside.markdown_table(fake_result(3, runs=1))
     assert "no interval: fewer than 20 requests" in few and "× 1 run;" in few
     assert "| fp16 self-draft | 4 |" in few and "| 0.0003 |" in few
+
+
+def test_a_grounded_file_names_its_requests_and_notebook_06():
+    result = fake_result(20)
+    assert "(notebook 07; 20 held-out chat requests," in sidebyside.readme_row(result), "files without 'prompts'"
+    result["settings"]["prompts"] = "grounded"
+    assert "(notebook 06; 20 held-out input-grounded requests," in sidebyside.readme_row(result)
+    assert "- 20 held-out input-grounded requests (chat template" in sidebyside.markdown_table(result)
 
 
 def test_readme_holds_the_rendered_row_of_every_committed_sidebyside_file():
