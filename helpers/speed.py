@@ -65,6 +65,7 @@ from helpers.protocol import (
     depth_acceptance,
     file_command,
     mean_speedup,
+    seconds_per_token,
     start_runs,
     timed_runs,
 )
@@ -461,6 +462,53 @@ def markdown_table(result: dict) -> str:
     if reference_text(s):
         lines.append(f"- {reference_text(s)}")
     return "\n".join(lines)
+
+
+def per_request(result: dict, config: str) -> dict[int, float]:
+    """Each request's seconds per token under ``config`` (median over its timing rounds), averaged over the runs."""
+    runs = [seconds_per_token(run["records"], config) for run in result["runs"]]
+    return {i: float(np.mean([run[i] for run in runs])) for i in runs[0]}
+
+
+def paths_table(by_path: dict[str, dict]) -> tuple[list[str], dict[tuple[str, float], tuple[int | str, dict]]]:
+    """Notebook 04's execution paths side by side (label -> a speed file of one CPU, on the same requests): per path,
+    temperature and drafter the selected γ, c, r(γ), α, the speedup over naive decoding on the same path and naive
+    decoding's median ms per token, then each path's runs and commands. Returns the lines and, per (path, T), the
+    head's (γ, summary entry)."""
+    assert len({tuple(r["evaluation_prompts"]) for r in by_path.values()}) == 1, "the same held-out requests"
+    lines = ["α at T = 0 is the greedy agreement (notation box in 00)",
+             "path            T  drafter γ        c      r(γ)  α      speedup over naive decoding on the same path"
+             "    naive ms/token"]
+    head_rows = {}
+    for label, result in by_path.items():
+        s = summary(result)
+        for t in TEMPERATURES:
+            naive_ms = 1e3 * float(np.median(list(per_request(result, config_name("naive", 0, t)).values())))
+            for drafter in DRAFTERS:
+                gamma = s["selected"][f"T={t:g}"][drafter]
+                entry = s[config_name(drafter, gamma, t)]
+                r_gamma = f"{s['costs']['r'][gamma]:.2f}" if gamma != "dynamic" else "  – "
+                if drafter == "head":
+                    head_rows[label, t] = (gamma, entry)
+                lines.append(f"{label:15s} {t:g}  {drafter:5s} {gamma!s:9s} {s['costs']['c'][drafter]:.3f}  {r_gamma}  "
+                             f"{entry['alpha'].mean:.3f}  {speedup_text(entry):46s}  {naive_ms:.1f}")
+        chosen_on = f"{len(result['selection_prompts'])} other requests, {result['settings']['select_tokens']} tokens"
+        lines.append(f"  ({label}: {s['runs']} run(s) of {s['prompts']} requests; γ selected on {chosen_on}, "
+                     f"1 timing round; {commands(result)})")
+    return lines, head_rows
+
+
+def reference_lines(by_path: dict[str, dict], eager: str = "fp32 eager") -> list[str]:
+    """For every path whose runs also timed :data:`REFERENCE`: greedy speedups over the fp32 eager expert's naive
+    decoding in the same timing rounds, and that reference's ms per token beside the ``eager`` file's own."""
+    eager_ms = 1e3 * float(np.median(list(per_request(by_path[eager], config_name("naive", 0, 0.0)).values())))
+    lines = []
+    for label, result in by_path.items():
+        if measured_reference([run["records"] for run in result["runs"]]):
+            reference_ms = 1e3 * float(np.median(list(per_request(result, REFERENCE).values())))
+            lines.append(f"{label}, {reference_text(summary(result))}; fp32 eager naive decoding in those timing "
+                         f"rounds: {reference_ms:.1f} ms/token (in its own run above: {eager_ms:.1f})")
+    return lines
 
 
 def round_cost_table(result: dict, min_rounds: int = 20) -> str:

@@ -105,19 +105,17 @@ def test_placeholders_do_not_pass():
 def short_path(nb: list[dict]) -> tuple[list[str], list[str]]:
     """(code of the short path, code of the rest): the short path is every code cell before the first ``##``
     section (title, setup, parameters) plus the sections whose heading is marked ⏱; a ``###`` section belongs to
-    the short path when it is marked or its ``##`` section is. Headings count wherever they stand in a markdown
-    cell, not only at its start."""
+    the short path only when its own heading is marked (README, "Running a workshop"), so the cells of a ``##``
+    section marked ⏱ that stand after an unmarked ``###`` heading are reading for later. Headings count wherever they
+    stand in a markdown cell, not only at its start."""
     short: list[str] = []
     rest: list[str] = []
-    part = marked = True
+    marked = True
     for cell in nb:
         text = source(cell)
         if cell["cell_type"] == "markdown":
             for heading in re.findall(r"^#{2,3} .*$", text, re.M):
-                if heading.startswith("## "):
-                    part = marked = "⏱" in heading
-                else:
-                    marked = part or "⏱" in heading
+                marked = "⏱" in heading
         elif cell["cell_type"] == "code":
             (short if marked else rest).append(text)
     return short, rest

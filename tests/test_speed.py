@@ -232,3 +232,24 @@ def test_held_out_coverage_counts_each_requests_greedy_text_once():
         if rec["config"] == "naive T=0":
             rec["config"] = speed.REFERENCE
     assert speed.held_out_coverage(result, torch.tensor([1, 2, 5])) == 0.75
+
+
+def test_paths_table_puts_each_path_beside_the_others_and_the_reference_lines_follow():
+    eager, other = fake_result(20), fake_result(20)
+    for run in other["runs"]:
+        run["records"] += [{**rec, "config": speed.REFERENCE, "seconds": 3 * rec["seconds"]}
+                           for rec in run["records"] if rec["config"] == "naive T=0"]
+    lines, head_rows = speed.paths_table({"fp32 eager": eager, "int8": other})
+    rows = [line for line in lines if line.startswith(("fp32 eager ", "int8 "))]
+    assert len(rows) == 2 * len(speed.TEMPERATURES) * len(speed.DRAFTERS), "path × T × drafter"
+    assert rows[1].startswith("fp32 eager      0  head  3 ") and "1.83× [" in rows[1], "the runs 2.0× and 1/0.6 pooled"
+    assert rows[1].endswith("  109.5"), "naive decoding: 0.1 s per token × (1 + 0.01 i), its median over 20 requests"
+    assert head_rows["int8", 1.0][0] == 3 and set(head_rows) == {(p, t) for p in ("fp32 eager", "int8")
+                                                                 for t in speed.TEMPERATURES}
+    assert sum("2 run(s) of 20 requests; γ selected on 4 other requests, 8 tokens" in line for line in lines) == 2
+    (reference,) = speed.reference_lines({"fp32 eager": eager, "int8": other})
+    assert reference.startswith("int8, greedy, over naive decoding with the fp32 eager expert in the same timing")
+    assert reference.endswith("in those timing rounds: 328.5 ms/token (in its own run above: 109.5)"), "3 × naive's"
+    other["evaluation_prompts"] = ["another"] * 20
+    with pytest.raises(AssertionError, match="the same held-out requests"):
+        speed.paths_table({"fp32 eager": eager, "int8": other})
