@@ -47,8 +47,8 @@ def unique_share(grams: Sequence[Hashable]) -> float:
 
 
 def distinct_n(text: str, n: int) -> float:
-    """distinct-n = |unique n-grams| / |n-grams|, after Li et al. 2016, who divide by the number of generated tokens
-    instead (the same for n = 1). 0.0 when there are no n-grams."""
+    """distinct-n = |unique n-grams| / |n-grams|, after Li et al. 2016, who pool all responses and divide by the
+    number of generated tokens instead (the same denominator for n = 1). 0.0 when there are no n-grams."""
     return unique_share(ngrams(words(text), n))
 
 
