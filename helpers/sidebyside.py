@@ -50,7 +50,19 @@ from helpers.protocol import (
     start_runs,
     timed_runs,
 )
-from helpers.speed import DYNAMIC_MAX, config_name, decoder, encoded, explained, interval_text, load, same_text, split
+from helpers.speed import (
+    DYNAMIC_MAX,
+    config_name,
+    decoder,
+    encoded,
+    explained,
+    interval_text,
+    load,
+    round_cost,
+    round_cost_markdown,
+    same_text,
+    split,
+)
 from helpers.timing import ForwardStep, drafter_costs
 
 DRAFTERS = ("draft", "head", "self-draft", "lookup")
@@ -155,7 +167,9 @@ def summary(result: dict) -> dict[str, dict]:
     (mean β over runs with draft positions), drafts kept, tokens per expert call, how many texts were naive
     decoding's; c and r(γ) (medians over the cost prompts; r of the longest draft for a dynamic length); the speedup
     the cost model explains from the counted draft lengths with that c and r(d) (:func:`helpers.speed.explained`:
-    bare passes, the prompt's prefill and the work around the passes left out)."""
+    bare passes, the prompt's prefill and the work around the passes left out); and, per draft length d, a whole
+    drafting round timed in naive decoding's steps beside d·c + r(d) (:func:`helpers.speed.round_cost`; empty for
+    files recorded before rounds were timed)."""
     runs = [run["records"] for run in result["runs"]]
     cost_c, r = cost_medians(result)
     out = {}
@@ -175,7 +189,8 @@ def summary(result: dict) -> dict[str, dict]:
             "kept": sum(k for _, k in rounds) / max(1, sum(dr for dr, _ in rounds)),
             "tokens_per_call": sum(len(rec["tokens"]) for rec in records) / sum(rec["expert_calls"] for rec in records),
             "same_text": (sum(a for a, _ in same), sum(b for _, b in same)),
-            "c": cost_c[drafter], "r": r[d], "explained": explained(records, cost_c[drafter], r)}
+            "c": cost_c[drafter], "r": r[d], "explained": explained(records, cost_c[drafter], r),
+            "round_cost": round_cost(runs, NAIVE, name, cost_c[drafter], r)}
     return out
 
 
@@ -230,6 +245,14 @@ def markdown_table(result: dict) -> str:
               f"{commands(result)}"]
     lead = lead_line(result, rows)
     return "\n".join(lines + [lead] * bool(lead))
+
+
+def round_cost_table(result: dict, min_rounds: int = 20) -> str:
+    """Notebook 07: per drafter at its selected γ and draft length d (with at least ``min_rounds`` timed rounds), a
+    whole drafting round in naive decoding's steps beside the cost model's d·c + r(d) (the layout of
+    :func:`helpers.speed.round_cost_table`); "" where the file timed no rounds."""
+    entries = [([LABELS[drafter], str(e["gamma"])], e["round_cost"]) for drafter, e in summary(result).items()]
+    return round_cost_markdown(["drafter", "γ (selected)"], entries, min_rounds)
 
 
 def readme_row(result: dict) -> str:

@@ -321,6 +321,17 @@ def round_costs(records: Sequence[dict], base: str, name: str) -> dict[int, list
     return out
 
 
+def round_cost(runs: Sequence[Sequence[dict]], base: str, name: str, c: float, r: dict[int, float]) -> dict[int, dict]:
+    """Per draft length d: how many rounds were timed, their median in naive steps (:func:`round_costs`, every run's
+    rounds pooled; each run numbers its prompts and timing rounds from 0) and the cost model's d·c + r(d)."""
+    timed: dict[int, list[float]] = {}
+    for records in runs:
+        for d, ratios in round_costs(records, base, name).items():
+            timed.setdefault(d, []).extend(ratios)
+    return {d: {"rounds": len(v), "measured": float(np.median(v)), "explained": d * c + r[d]}
+            for d, v in sorted(timed.items()) if d in r}
+
+
 def summary(result: dict) -> dict:
     """What README and notebooks print, per temperature and drafter (see the module docstring)."""
     costs = summarise_costs(result["costs"])
@@ -345,13 +356,7 @@ def summary(result: dict) -> dict:
                      "explained": explained(recs, costs["c"][drafter], costs["r"]),
                      "explained_free": explained(recs, costs["c"][drafter], dict.fromkeys(costs["r"], 1.0))}
             entry["model_gap"] = float(np.mean(entry["speedup_per_run"])) / entry["explained"]
-            timed: dict[int, list[float]] = {}
-            for records in runs:  # per run: each run numbers its prompts and timing rounds from 0
-                for d, ratios_ in round_costs(records, base, name).items():
-                    timed.setdefault(d, []).extend(ratios_)
-            entry["round_cost"] = {d: {"rounds": len(v), "measured": float(np.median(v)),
-                                       "explained": d * costs["c"][drafter] + costs["r"][d]}
-                                   for d, v in sorted(timed.items()) if d in costs["r"]}
+            entry["round_cost"] = round_cost(runs, base, name, costs["c"][drafter], costs["r"])
             if temperature == 0:
                 same = [same_text(records, base, name) for records in runs]
                 entry["same_text"] = (sum(k for k, _ in same), sum(n for _, n in same))
@@ -516,16 +521,25 @@ def round_cost_table(result: dict, min_rounds: int = 20) -> str:
     whole drafting round in naive decoding's steps (:func:`round_costs`, median) beside the cost model's
     d·c + r(d); "" where the file timed no rounds."""
     s = summary(result)
-    lines = ["| drafter | T | γ (selected) | draft length d | rounds timed | a round, in naive steps (median) | "
-             "d·c + r(d) | measured − model |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for temperature in TEMPERATURES:
-        for drafter, gamma in s["selected"][f"T={temperature:g}"].items():
-            for d, e in s[config_name(drafter, gamma, temperature)]["round_cost"].items():
-                if e["rounds"] >= min_rounds:
-                    gap = e["measured"] - e["explained"]
-                    lines.append(f"| {drafter} | {temperature:g} | {gamma} | {d} | {e['rounds']} | "
-                                 f"{e['measured']:.2f} | {e['explained']:.2f} | {gap:+.2f} |")
+    entries = [([drafter, f"{temperature:g}", str(gamma)], s[config_name(drafter, gamma, temperature)]["round_cost"])
+               for temperature in TEMPERATURES for drafter, gamma in s["selected"][f"T={temperature:g}"].items()]
+    return round_cost_markdown(["drafter", "T", "γ (selected)"], entries, min_rounds)
+
+
+def round_cost_markdown(columns: Sequence[str], entries: Sequence[tuple[Sequence[str], dict[int, dict]]],
+                        min_rounds: int = 20) -> str:
+    """The whole-round table of :func:`round_cost_table` (and :func:`helpers.sidebyside.round_cost_table`): every
+    entry's leading ``columns`` cells, then one row per draft length d with at least ``min_rounds`` timed rounds
+    (:func:`round_cost`); "" where no d has that many."""
+    lines = ["| " + " | ".join([*columns, "draft length d", "rounds timed", "a round, in naive steps (median)",
+                                 "d·c + r(d)", "measured − model"]) + " |",
+             "|---|" + "---:|" * (len(columns) + 4)]
+    for cells, by_length in entries:
+        for d, e in by_length.items():
+            if e["rounds"] >= min_rounds:
+                gap = e["measured"] - e["explained"]
+                lines.append("| " + " | ".join([*cells, str(d), str(e["rounds"]), f"{e['measured']:.2f}",
+                                                 f"{e['explained']:.2f}", f"{gap:+.2f}"]) + " |")
     return "\n".join(lines) if len(lines) > 2 else ""
 
 

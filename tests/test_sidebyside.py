@@ -75,6 +75,20 @@ def test_summary_pools_runs_and_counts_rounds():
     assert s["lookup"]["r"] == pytest.approx(1.2) and s["draft"]["r"] == pytest.approx(1.1)
 
 
+def test_a_whole_round_is_timed_in_naive_steps_of_the_same_timing_round():
+    result = fake_result(20)
+    assert sidebyside.round_cost_table(result) == "", "a file recorded before rounds were timed has none"
+    for run in result["runs"]:  # naive: 0.5 s reading the prompt, then steps of 0.1 s; every drafting round 0.25 s
+        for rec in run["records"]:
+            rec["round_seconds"] = [0.5] + ([0.1] * 9 if rec["config"] == sidebyside.NAIVE else [0.25] * 4)
+    head = sidebyside.summary(result)["head"]["round_cost"]
+    assert head == {2: {"rounds": 160, "measured": pytest.approx(2.5), "explained": pytest.approx(2 * 0.07 + 1.2)}}, \
+        "the first round (reading the prompt) left out; 4 rounds × 20 requests × 2 runs"
+    table = sidebyside.round_cost_table(result)
+    assert "| draft head | dynamic | 2 | 160 | 2.50 | 1.34 | +1.16 |" in table and table.count("\n") == 5
+    assert sidebyside.round_cost_table(result, min_rounds=161) == ""
+
+
 def test_the_table_prints_intervals_only_from_enough_requests():
     assert "[" in sidebyside.markdown_table(fake_result(20)).split("\n")[2]
     few = sidebyside.markdown_table(fake_result(3, runs=1))
