@@ -262,8 +262,9 @@ def readme_row(result: dict) -> str:
     what = (f"**every drafter side by side, one protocol** (notebook {notebook}; {len(result['evaluation_prompts'])} "
             f"{name}, chat template, EOS on, greedy, up to {s['max_new_tokens']} tokens, "
             f"{plural(s['rounds'], 'shuffled timing round')} × {plural(len(result['runs']), 'run')}; γ selected on "
-            f"{len(result['selection_prompts'])} other requests; speedup over naive decoding, pooled [95 % CI] and "
-            "each run)")
+            f"{len(result['selection_prompts'])} other requests, prompt lookup's up to γ = "
+            f"{max(g for g in s['candidates']['lookup'] if isinstance(g, int))}; speedup over naive decoding, pooled "
+            "[95 % CI] and each run)")
     cells = "; ".join(f"{LABELS[d]} γ = {e['gamma']}: {speedup_cell(e)}, c = {e['c']:.3g}" for d, e in rows.items())
     return f"| {what} | {result['machine']['cpu_kind']} | {cells} | {commands(result)} |"
 
