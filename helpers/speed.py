@@ -531,8 +531,8 @@ def round_cost_markdown(columns: Sequence[str], entries: Sequence[tuple[Sequence
     """The whole-round table of :func:`round_cost_table` (and :func:`helpers.sidebyside.round_cost_table`): every
     entry's leading ``columns`` cells, then one row per draft length d with at least ``min_rounds`` timed rounds
     (:func:`round_cost`); "" where no d has that many."""
-    lines = ["| " + " | ".join([*columns, "draft length d", "rounds timed", "a round, in naive steps (median)",
-                                 "d·c + r(d)", "measured − model"]) + " |",
+    lines = ["| " + " | ".join([*columns, "draft length d", "draft-and-verify rounds timed",
+                                 "a round, in naive steps (median)", "d·c + r(d)", "measured − model"]) + " |",
              "|---|" + "---:|" * (len(columns) + 4)]
     for cells, by_length in entries:
         for d, e in by_length.items():

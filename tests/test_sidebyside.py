@@ -87,6 +87,9 @@ def test_a_whole_round_is_timed_in_naive_steps_of_the_same_timing_round():
     table = sidebyside.round_cost_table(result)
     assert "| draft head | dynamic | 2 | 160 | 2.50 | 1.34 | +1.16 |" in table and table.count("\n") == 5
     assert sidebyside.round_cost_table(result, min_rounds=161) == ""
+    head_row = sidebyside.summary(result)["head"]  # the rule of thumb: tokens per expert call / mean timed round
+    assert sidebyside.mean_round(head_row) == pytest.approx(2.5)
+    assert sidebyside.thumb_text("head", head_row).startswith("draft head 2.00 / 2.50 = 0.80× (measured 1.2")
 
 
 def test_the_table_prints_intervals_only_from_enough_requests():
