@@ -136,3 +136,17 @@ def assert_readme_rows(pattern: str, readme_row: Callable[[dict], str]) -> None:
     readme = (RESULTS.parent.parent / "README.md").read_text()
     for path in files:
         assert readme_row(json.loads(path.read_text())) in readme, f"README: render {path.name}'s row again"
+
+
+def readme_contents_row(notebook: str) -> str:
+    """The README contents table's row of ``notebook`` (e.g. ``"07_draft_heads"``): the typed summary whose
+    run-dependent numbers the tests of the modules that compute them check against the committed files."""
+    readme = (RESULTS.parent.parent / "README.md").read_text()
+    rows = [line for line in readme.splitlines() if line.startswith("| [") and f"(notebooks/{notebook}.ipynb)" in line]
+    assert len(rows) == 1, f"README: one contents row for {notebook}, found {len(rows)}"
+    return rows[0]
+
+
+def verdict(low: float, high: float) -> str:
+    """How the README words a speedup's interval: it pays (above 1), loses (below 1) or is not resolved from 1."""
+    return "pays" if low > 1 else "loses" if high < 1 else "not resolved"

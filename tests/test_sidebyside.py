@@ -3,13 +3,16 @@ the summary, table and README row of notebook 07's side-by-side protocol file.""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
-from conftest import assert_readme_rows, random_head
+from conftest import assert_readme_rows, random_head, readme_contents_row, verdict
 
 from helpers import sidebyside
+from helpers.data import RESULTS
 from helpers.models import self_draft
-from helpers.speed import DYNAMIC_MAX, config_name
+from helpers.speed import DYNAMIC_MAX, config_name, interval_text
 
 
 @pytest.mark.parametrize("gamma", [1, 4])
@@ -120,3 +123,24 @@ def test_the_fastest_drafters_lead_is_paired_by_request():
     assert line.startswith("- the fastest, draft head,") and "over prompt lookup 2.00× [2.00, 2.00]" in line
     assert sidebyside.over(result, "lookup", "head")["pooled"].mean == pytest.approx(2.0)
     assert "the fastest" not in sidebyside.markdown_table(fake_result(3))
+
+
+@pytest.mark.parametrize(("name", "verdicts"), [
+    # README: "on an Intel Xeon with bf16 and AMX the head is the fastest, ... prompt lookup gains a little (its
+    # interval lies above 1), the distilled draft is not resolved from 1, the fp16 copy loses"
+    ("sidebyside-xeon-bf16.json", {"head": "pays", "lookup": "pays", "draft": "not resolved", "self-draft": "loses"}),
+    # README: "the fp16 copy is the fastest and the only drafter that pays, ... the head and the distilled draft
+    # lose, prompt lookup is not resolved from 1"
+    ("sidebyside-epyc-avx512.json",
+     {"self-draft": "pays", "head": "loses", "draft": "loses", "lookup": "not resolved"}),
+])
+def test_the_readme_contents_quote_each_cpus_chat_file(name, verdicts):
+    """Notebook 07's contents row types each CPU's fastest drafter (interval and γ), that it leads every other drafter
+    paired by request, and every drafter's verdict: all as the committed file says."""
+    result = json.loads((RESULTS / name).read_text())
+    rows = sidebyside.summary(result)
+    best = max(rows, key=lambda d: rows[d]["speedup"]["pooled"].mean)
+    assert f"{interval_text(rows[best]['speedup']['pooled'])} at γ = {rows[best]['gamma']}" in readme_contents_row(
+        "07_draft_heads"), f"README contents: quote {name}'s fastest drafter again"
+    assert all(sidebyside.over(result, d, best)["pooled"].low > 1 for d in rows if d != best), "ahead of every other"
+    assert {d: verdict(e["speedup"]["pooled"].low, e["speedup"]["pooled"].high) for d, e in rows.items()} == verdicts

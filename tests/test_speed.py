@@ -8,10 +8,10 @@ import math
 
 import pytest
 import torch
-from conftest import assert_readme_rows, random_head
+from conftest import assert_readme_rows, random_head, readme_contents_row, verdict
 
 from helpers import protocol, speed
-from helpers.data import EVAL_PROMPTS, read_prompts
+from helpers.data import EVAL_PROMPTS, RESULTS, read_prompts
 
 
 def test_selection_and_evaluation_prompts_never_overlap():
@@ -253,3 +253,13 @@ def test_paths_table_puts_each_path_beside_the_others_and_the_reference_lines_fo
     other["evaluation_prompts"] = ["another"] * 20
     with pytest.raises(AssertionError, match="the same held-out requests"):
         speed.paths_table({"fp32 eager": eager, "int8": other})
+
+
+def test_the_readme_contents_quote_the_heads_protocol_run_on_the_xeon():
+    """Notebook 07's contents row: "on the Xeon with bf16 and AMX, where a pass over 2 tokens costs about 1.1 steps
+    (r(1) = 1.07), the head pays on the default path, 1.17× [1.12, 1.22] greedy", as the committed file says."""
+    s = speed.summary(json.loads((RESULTS / "speed-xeon-bf16.json").read_text()))
+    head = s[speed.config_name("head", s["selected"]["T=0"]["head"], 0.0)]["speedup"]["pooled"]
+    row = readme_contents_row("07_draft_heads")
+    assert f"(r(1) = {s['costs']['r'][1]:.2f}), the head pays" in row and round(s["costs"]["r"][1], 1) == 1.1
+    assert f"{speed.interval_text(head)} greedy" in row and verdict(head.low, head.high) == "pays"
