@@ -64,6 +64,8 @@ from helpers.timing import ForwardStep, cost_ratios, drafter_costs
 
 CD = {"beta": 0.5, "alpha": 0.1}
 """O'Brien & Lewis's β and α_CD, for both CD and SCD."""
+ACCEPTANCE_TEMPERATURE = 1.0
+"""The temperature of :func:`acceptance`'s sampled runs (notebook 08 prints it with their table)."""
 
 
 @torch.no_grad()
@@ -84,8 +86,8 @@ def acceptance(pair: Pair, head: DraftHead, prompts: Sequence[torch.Tensor], *, 
     """α (mean β), α by depth and tokens per expert call at T = 1 for four drafter/target combinations: the
     draft or the head drafting, judged by the expert's p (notebooks 03, 07) or by p_cd (SCD)."""
     def decoders(ids: torch.Tensor, g: torch.Generator) -> dict[str, Callable[[], Generation]]:
-        common = {"max_new_tokens": max_new_tokens, "gamma": gamma, "temperature": 1.0, "generator": g,
-                  "eos_token_id": pair.eos_token_id}
+        common = {"max_new_tokens": max_new_tokens, "gamma": gamma, "temperature": ACCEPTANCE_TEMPERATURE,
+                  "generator": g, "eos_token_id": pair.eos_token_id}
         return {
             "draft, p": lambda: speculative(pair.expert, pair.amateur, ids, **common),
             "draft, p_cd": lambda: speculative_contrastive(pair.expert, pair.amateur, ids, **CD, **common),
