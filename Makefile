@@ -37,7 +37,7 @@ lab: models  ## JupyterLab on the repository
 bench: models  ## speed benchmark of every method on the article's raw prompts (see README)
 	$(PY) -m helpers.bench --out $(OUT)/bench.json
 
-speed: models  ## the speed protocol: both learned drafters on held-out chat requests, 30 min (Xeon, AMX) to 75 min (AVX-512 EPYC) on 2 cores (README)
+speed: models  ## the speed protocol: both learned drafters on held-out chat requests, 30 min (Xeon, AMX) to 42-75 min (AVX-512 EPYC VMs) on 2 cores (README)
 	$(PY) -m helpers.speed --out $(OUT)/speed.json
 
 sidebyside: models  ## every drafter side by side by the speed protocol (notebook 07, section 5), 27 min on the Xeon with AMX (README)

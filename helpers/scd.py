@@ -351,14 +351,14 @@ def summary(result: dict) -> dict:
         return {metric: paired_difference(texts, a, b, metric, fixed_length=True) for metric in QUALITY_METRICS}
 
     sampled = result["settings"].get("temperature", 0.0) > 0  # files recorded before --temperature are greedy
-    predicted = {"SCD vs greedy": per_call / round_cost, "SCD vs CD": per_call * (1 + c) / round_cost,
+    explained = {"SCD vs greedy": per_call / round_cost, "SCD vs CD": per_call * (1 + c) / round_cost,
                  "CD vs greedy": 1 / (1 + c)}
     head = {key: float(np.median(values)) for key, values in result["head_costs"].items()}
     head["gamma"] = result["settings"]["head_gamma"]
     head_runs = [r for r in runs if r["config"] == "SCD, head"]
     head["tokens_per_call"] = sum(len(r["tokens"]) for r in head_runs) / sum(r["expert_calls"] for r in head_runs)
     head_round = head["gamma"] * head["c_head"] + head["r"] + head["contrast_pass"]
-    predicted |= {"SCD, head vs greedy": head["tokens_per_call"] / head_round,
+    explained |= {"SCD, head vs greedy": head["tokens_per_call"] / head_round,
                   "SCD, head vs CD": head["tokens_per_call"] * (1 + head["c"]) / head_round}
     return {
         "prompts": n_prompts,
@@ -367,7 +367,7 @@ def summary(result: dict) -> dict:
                     "CD vs greedy": speedup(runs, "greedy", "CD"), "SCD, head vs CD": speedup(runs, "CD", "SCD, head"),
                     "SCD, head vs greedy": speedup(runs, "greedy", "SCD, head")},
         "tokens_per_call": per_call, "c": c, "r": r_gamma, "head": head,
-        "predicted": predicted,
+        "explained": explained,
         "quality": compared("CD", "greedy"),
         "same_distribution": {name: compared(name, "CD") for name in DRAFTERS} if sampled else None,
     }
@@ -386,7 +386,7 @@ def speed_table(result: dict) -> str:
     rows = ["| comparison | measured speedup [95 % interval] | explained by the cost model |", "|---|---|---:|"]
     for name, interval in s["speedup"].items():
         fast, slow = name.split(" vs ")
-        explained = s["predicted"].get(name)
+        explained = s["explained"].get(name)
         rows.append(f"| {labels[fast]} vs {labels[slow]} | {interval.mean:.2f}× [{interval.low:.2f}, "
                     f"{interval.high:.2f}] | " + (f"{explained:.2f}× |" if explained is not None else "– |"))
     return "\n".join(rows)
@@ -410,7 +410,7 @@ def readme_row(result: dict) -> str:
     s, st = summary(result), result["settings"]
     t = st.get("temperature", 0.0)
     alone = "greedy decoding" if t == 0 else "naive sampling"
-    sp, explained = s["speedup"], s["predicted"]
+    sp, explained = s["speedup"], s["explained"]
 
     def versus(name: str) -> str:
         return (f"{interval_text(sp[name + ' vs CD'])} of CD's speed and {interval_text(sp[name + ' vs greedy'])} "

@@ -47,8 +47,8 @@ def test_summary_pairs_by_prompt_and_predicts_from_the_cost_model():
     assert s["speedup"]["SCD vs greedy"].mean == pytest.approx(1.25)
     assert s["speedup"]["SCD, head vs CD"].mean == pytest.approx(3.0 / 2.2)
     assert s["tokens_per_call"] == pytest.approx(2.0)
-    assert s["predicted"]["SCD vs greedy"] == pytest.approx(2.0 / (2 * 0.2 + 1.5 + 0.2))
-    assert s["predicted"]["SCD vs CD"] == pytest.approx(2.0 * 1.2 / (2 * 0.2 + 1.5 + 0.2))
+    assert s["explained"]["SCD vs greedy"] == pytest.approx(2.0 / (2 * 0.2 + 1.5 + 0.2))
+    assert s["explained"]["SCD vs CD"] == pytest.approx(2.0 * 1.2 / (2 * 0.2 + 1.5 + 0.2))
     assert s["quality"]["mean NLL"].mean == pytest.approx(1.0)  # at equal length: the first 6 tokens of each
     assert s["quality"]["mean NLL"].p_value < 1e-3 and s["quality"]["diversity"].p_value == 1.0  # sign flips
     assert s["quality"]["diversity"].mean == pytest.approx(0.0)
@@ -59,8 +59,8 @@ def test_the_heads_rows_use_the_heads_own_round_cost(tiny_text_pair):
     s = scd.summary(result)
     head_round = 3 * 0.1 + 1.2 + 0.3  # γ head steps, one verification pass, the amateur's contrast pass
     assert s["head"]["tokens_per_call"] == pytest.approx(1.0), "the fake head run: 10 tokens in 10 expert calls"
-    assert s["predicted"]["SCD, head vs greedy"] == pytest.approx(1.0 / head_round)
-    assert s["predicted"]["SCD, head vs CD"] == pytest.approx(1.25 / head_round), "CD's 1 + c from the same run"
+    assert s["explained"]["SCD, head vs greedy"] == pytest.approx(1.0 / head_round)
+    assert s["explained"]["SCD, head vs CD"] == pytest.approx(1.25 / head_round), "CD's 1 + c from the same run"
     table = scd.speed_table({**result, "settings": {**result["settings"], "cd": {"beta": 0.5}}})
     assert "| SCD (head, γ = 3) vs greedy | 1.14× [" in table and table.count("× |") == 5, "every row explained"
     sampled = scd.speed_table({**result, "settings": {**result["settings"], "cd": {"beta": 0.5}, "temperature": 1.0}})
