@@ -475,6 +475,13 @@ def per_request(result: dict, config: str) -> dict[int, float]:
     return {i: float(np.mean([run[i] for run in runs])) for i in runs[0]}
 
 
+def naive_ms_per_run(result: dict, temperature: float = 0.0) -> list[float]:
+    """Naive decoding's ms per token in each run (the median over requests of each request's median over its timing
+    rounds): how the machine's own speed moved between runs, which the speedups, ratios within a timing round, hide."""
+    name = config_name("naive", 0, temperature)
+    return [1e3 * float(np.median(list(seconds_per_token(run["records"], name).values()))) for run in result["runs"]]
+
+
 def paths_table(by_path: dict[str, dict]) -> tuple[list[str], dict[tuple[str, float], tuple[int | str, dict]]]:
     """Notebook 04's execution paths side by side (label -> a speed file of one CPU, on the same requests): per path,
     temperature and drafter the selected γ, c, r(γ), α, the speedup over naive decoding on the same path and naive

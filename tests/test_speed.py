@@ -263,3 +263,11 @@ def test_the_readme_contents_quote_the_heads_protocol_run_on_the_xeon():
     row = readme_contents_row("07_draft_heads")
     assert f"(r(1) = {s['costs']['r'][1]:.2f}), the head pays" in row and round(s["costs"]["r"][1], 1) == 1.1
     assert f"{speed.interval_text(head)} greedy" in row and verdict(head.low, head.high) == "pays"
+
+
+def test_naive_ms_per_run_is_the_median_over_requests_in_each_run():
+    def run(seconds):
+        return {"records": [{"prompt": i, "round": r, "config": "naive T=0", "seconds": s * (1 + r), "tokens": [0] * 10}
+                            for i, s in enumerate(seconds) for r in range(3)]}
+    result = {"runs": [run([0.1, 0.2, 0.3]), run([0.5, 0.5, 0.9])]}
+    assert speed.naive_ms_per_run(result) == pytest.approx([40.0, 100.0]), "median round 2x, then median request"
