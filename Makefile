@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 OUT    ?= output
 
-.PHONY: setup models tutorial test lint lab bench speed sidebyside kernels ablation notebooks gpu-pack gpu-check clean
+.PHONY: setup models tutorial test lint lab bench speed sidebyside kernels ablation head-levers notebooks gpu-pack gpu-check clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,9 @@ kernels: models  ## the roofline of the expert's execution paths (eager, prepack
 
 ablation: models  ## the head's lesson isolated: four drafters trained alike, then measured on held-out requests (README)
 	$(PY) -m helpers.ablation --out $(OUT)/ablation.json
+
+head-levers: models  ## what moves the head's α: chat-format teacher text vs raw continuations, and more data (README)
+	$(PY) -m helpers.head_levers --out $(OUT)/head-levers.json
 
 notebooks: export BIG_SMALL_HEADLESS=1
 notebooks: models  ## maintainers: re-execute the committed notebooks in place (MKL's native kernels), strip, stamp

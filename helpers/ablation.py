@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -291,18 +292,22 @@ def held_out_coverage(runs: Sequence[dict], vocab: torch.Tensor) -> float:
 
 
 # ------------------------------------------------------------------------------------------------- run
+def claim_work(work: Path, wanted: dict) -> None:
+    """Make ``work`` and record the settings its checkpoints depend on; refuse a folder made with other ones."""
+    work.mkdir(parents=True, exist_ok=True)
+    record = work / "settings.json"
+    if record.exists() and json.loads(record.read_text()) != wanted:
+        raise ValueError(f"{work} holds a run with other settings; resuming would mix them. Choose another folder "
+                         "with --work, or delete this one.")
+    record.write_text(json.dumps(wanted, indent=1))
+
+
 def run(expert: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: AblationSettings, *, work: Path,
         encode: Callable[[str], torch.Tensor], prompts_file: Path = DISTILL_PROMPTS, eval_file: Path = EVAL_PROMPTS,
         command: str = "", progress: bool = True) -> dict:
     """Every stage; the teacher data, features and training checkpoints in ``work`` are reused by a rerun with the
     same settings. ``encode`` turns a held-out request into prompt ids (the pocket pair's chat template)."""
-    work.mkdir(parents=True, exist_ok=True)
-    record = work / "settings.json"
-    wanted = {k: v for k, v in asdict(settings).items() if k in ("n_prompts", "epochs", "draft_vocab", "seed")}
-    if record.exists() and json.loads(record.read_text()) != wanted:
-        raise ValueError(f"{work} holds a run with other settings; resuming would mix them. Choose another folder "
-                         "with --work, or delete this one.")
-    record.write_text(json.dumps(wanted, indent=1))
+    claim_work(work, {k: v for k, v in asdict(settings).items() if k in ("n_prompts", "epochs", "draft_vocab", "seed")})
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     data = teacher_data(expert, tokenizer, settings, work, read_prompts(prompts_file, settings.n_prompts),
@@ -342,31 +347,44 @@ def _interval(values: Sequence[float | None]) -> Interval:
     return mean_of([v for v in values if v is not None])
 
 
+def acceptance_summary(runs: dict[str, list[dict]]) -> dict:
+    """One drafter's :func:`acceptance` records: α (T = 1) and greedy agreement with their intervals over prompts,
+    α by depth (T = 1), tokens per expert call (greedy)."""
+    greedy = runs["greedy"]
+    return {"alpha": _interval(_alphas(runs["sampled"])), "agreement": _interval(_alphas(greedy)),
+            "alpha_by_depth": depth_acceptance(c for r in runs["sampled"] for c in r["rounds"]),
+            "tokens_per_call": sum(len(r["tokens"]) for r in greedy) / sum(r["expert_calls"] for r in greedy)}
+
+
+def paired(a: dict[str, list[dict]], b: dict[str, list[dict]]) -> dict[str, Interval]:
+    """Drafter a − drafter b, prompt by prompt, for α (T = 1) and the greedy agreement; prompts where either judged
+    nothing are left out."""
+    out = {}
+    for mode, key in (("sampled", "alpha"), ("greedy", "agreement")):
+        pairs = zip(_alphas(a[mode]), _alphas(b[mode]), strict=True)
+        out[key] = mean_of([x - y for x, y in pairs if x is not None and y is not None])
+    return out
+
+
 def summary(result: dict) -> dict:
-    """Per drafter: α (T = 1) and greedy agreement with their intervals over prompts, α by depth (T = 1), tokens per
-    expert call (greedy), the median c; per contrast: the paired difference of α and of the agreement, prompt by
-    prompt (prompts where either drafter judged nothing are left out)."""
-    drafters = {}
-    for name, d in result["drafters"].items():
-        greedy = d["runs"]["greedy"]
-        drafters[name] = {
-            "alpha": _interval(_alphas(d["runs"]["sampled"])), "agreement": _interval(_alphas(greedy)),
-            "alpha_by_depth": depth_acceptance(c for r in d["runs"]["sampled"] for c in r["rounds"]),
-            "tokens_per_call": sum(len(r["tokens"]) for r in greedy) / sum(r["expert_calls"] for r in greedy),
-            "c": median(d["c"]), "parameters": d["parameters"], "readout_rows": d["readout_rows"]}
-    contrasts = {}
-    for contrast, (a, b) in CONTRASTS.items():
-        contrasts[contrast] = {}
-        for mode, key in (("sampled", "alpha"), ("greedy", "agreement")):
-            pairs = zip(_alphas(result["drafters"][a]["runs"][mode]), _alphas(result["drafters"][b]["runs"][mode]),
-                        strict=True)
-            contrasts[contrast][key] = mean_of([x - y for x, y in pairs if x is not None and y is not None])
-        contrasts[contrast]["c_ratio"] = drafters[a]["c"] / drafters[b]["c"]
+    """Per drafter: :func:`acceptance_summary` and the median c; per contrast: the :func:`paired` differences and
+    the ratio of the two c."""
+    drafters = {name: {**acceptance_summary(d["runs"]), "c": median(d["c"]), "parameters": d["parameters"],
+                       "readout_rows": d["readout_rows"]}
+                for name, d in result["drafters"].items()}
+    contrasts = {contrast: {**paired(result["drafters"][a]["runs"], result["drafters"][b]["runs"]),
+                            "c_ratio": drafters[a]["c"] / drafters[b]["c"]}
+                 for contrast, (a, b) in CONTRASTS.items()}
     return {"drafters": drafters, "contrasts": contrasts}
 
 
-def _cell(i: Interval) -> str:
+def interval_cell(i: Interval) -> str:
     return f"{i.mean:.3f} [{i.low:.3f}, {i.high:.3f}]"
+
+
+def difference_cell(i: Interval) -> str:
+    """A paired difference and its interval, signed."""
+    return f"{i.mean:+.3f} [{i.low:+.3f}, {i.high:+.3f}]"
 
 
 def markdown_table(result: dict) -> str:
@@ -378,21 +396,17 @@ def markdown_table(result: dict) -> str:
     for name, d in s["drafters"].items():
         depth = ", ".join(f"{a:.2f}" for a in d["alpha_by_depth"][:3])
         lines.append(f"| {name} | {reads[name]} | {d['readout_rows']:,} | {d['parameters'] / 1e6:.1f}M | "
-                     f"{d['c']:.3f} | {_cell(d['alpha'])} | {_cell(d['agreement'])} | {depth} | "
+                     f"{d['c']:.3f} | {interval_cell(d['alpha'])} | {interval_cell(d['agreement'])} | {depth} | "
                      f"{d['tokens_per_call']:.2f} |")
     return "\n".join(lines)
 
 
 def contrast_text(result: dict) -> str:
     """The two contrasts in words, with their paired intervals over prompts."""
-    s = summary(result)["contrasts"]
-    f, t = s["features"], s["trimming"]
-    return (f"features (head − token-only head): α {f['alpha'].mean:+.3f} [{f['alpha'].low:+.3f}, "
-            f"{f['alpha'].high:+.3f}], greedy agreement {f['agreement'].mean:+.3f} [{f['agreement'].low:+.3f}, "
-            f"{f['agreement'].high:+.3f}] over {f['alpha'].n} prompts, at {f['c_ratio']:.2f}× the c\n"
-            f"trimming (draft over V_draft − draft): α {t['alpha'].mean:+.3f} [{t['alpha'].low:+.3f}, "
-            f"{t['alpha'].high:+.3f}], greedy agreement {t['agreement'].mean:+.3f} [{t['agreement'].low:+.3f}, "
-            f"{t['agreement'].high:+.3f}] over {t['alpha'].n} prompts, at {t['c_ratio']:.2f}× the c")
+    return "\n".join(f"{name} ({a} − {b}): α {difference_cell(c['alpha'])}, greedy agreement "
+                     f"{difference_cell(c['agreement'])} over {c['alpha'].n} prompts, at {c['c_ratio']:.2f}× the c"
+                     for (name, c), (a, b) in zip(summary(result)["contrasts"].items(), CONTRASTS.values(),
+                                                  strict=True))
 
 
 def readme_row(result: dict) -> str:
@@ -404,49 +418,57 @@ def readme_row(result: dict) -> str:
             f"{st['eval_prompts']} held-out chat requests, chat template, EOS on, up to {st['eval_tokens']} tokens, "
             f"γ = {st['gamma']}; one run; α at T = 1 [95 % CI over requests], c the median over "
             f"{st['cost_prompts']} requests)")
-    drafters = "; ".join(f"{name}: α {_cell(d['alpha'])}, c {d['c']:.3f}" for name, d in s["drafters"].items())
-    contrasts = "; ".join(f"{name} ({a} − {b}): α {c['alpha'].mean:+.3f} [{c['alpha'].low:+.3f}, "
-                          f"{c['alpha'].high:+.3f}] at {c['c_ratio']:.2f}× the c"
+    drafters = "; ".join(f"{name}: α {interval_cell(d['alpha'])}, c {d['c']:.3f}" for name, d in s["drafters"].items())
+    contrasts = "; ".join(f"{name} ({a} − {b}): α {difference_cell(c['alpha'])} at {c['c_ratio']:.2f}× the c"
                           for (name, c), (a, b) in zip(s["contrasts"].items(), CONTRASTS.values(), strict=True))
     return f"| {what} | {result['machine']['cpu_kind']} | {drafters} — {contrasts} | `{result['command']}` |"
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m helpers.ablation", description=__doc__.split("\n\n")[0],
+def experiment_cli(argv: Sequence[str] | None, *, module: str, doc: str, default: Any, quick: Any,
+                   texts: Sequence[Callable[[dict], str]], measure: Callable[..., dict]) -> None:
+    """The command line of a training experiment, ``python -m helpers.<module>`` (this module's and
+    :mod:`helpers.head_levers`'): ``--show FILE`` prints each of ``texts`` of a result file (its table, its
+    contrasts in words, its README row); otherwise the settings
+    (``default`` or ``quick``, then one option per field), a resumable ``--work`` folder and the recorded command go to
+    ``measure(pair, settings, work=..., command=..., progress=...)``, whose result is written to ``--out`` and shown
+    when it has an interval (20 or more evaluation prompts)."""
+    name = module.replace("_", "-")
+    parser = argparse.ArgumentParser(prog=f"python -m helpers.{module}", description=doc.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=None, help="the result file (JSON); required unless --show")
     parser.add_argument("--show", type=Path, default=None, help="print the table of an existing result file")
     parser.add_argument("--quick", action="store_true", help="every stage in a few minutes, no intervals")
-    parser.add_argument("--work", type=Path, default=None, help="resumable work folder (default output/ablation)")
-    default = AblationSettings()
-    for name, value in asdict(default).items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=None,
-                            help=f"default {value} ({getattr(QUICK, name)} with --quick)")
+    parser.add_argument("--work", type=Path, default=None, help=f"resumable work folder (default output/{name})")
+    for field, value in asdict(default).items():
+        parser.add_argument(f"--{field.replace('_', '-')}", type=type(value), default=None,
+                            help=f"default {value} ({getattr(quick, field)} with --quick)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     if args.show is not None:
-        result = read_json(args.show.resolve())
-        print(markdown_table(result))
-        print(contrast_text(result))
-        print(readme_row(result))
+        print("\n".join(text(read_json(args.show.resolve())) for text in texts))
         return
     if args.out is None:
-        parser.error("give --out FILE (e.g. data/results/ablation-<cpu>.json), or --show FILE")
-    settings = dataclasses.replace(QUICK if args.quick else default)
-    for name in asdict(default):
-        if getattr(args, name) is not None:
-            setattr(settings, name, getattr(args, name))
-    work = args.work or Path("output/ablation-quick" if args.quick else "output/ablation")
-    pair = load_pair("pocket", amateur="early-exit")
-    command = "python -m helpers.ablation " + " ".join(shlex.quote(a) for a in (argv if argv is not None
-                                                                                else sys.argv[1:]))
-    result = run(pair.expert, pair.tokenizer, settings, work=work, encode=pair.encode_chat, command=command.strip(),
-                 progress=not args.no_progress)
+        parser.error(f"give --out FILE (e.g. data/results/{name}-<cpu>.json), or --show FILE")
+    settings = dataclasses.replace(quick if args.quick else default)
+    for field in asdict(default):
+        if getattr(args, field) is not None:
+            setattr(settings, field, getattr(args, field))
+    work = args.work or Path(f"output/{name}-quick" if args.quick else f"output/{name}")
+    command = f"python -m helpers.{module} " + " ".join(shlex.quote(a) for a in (argv if argv is not None
+                                                                                 else sys.argv[1:]))
+    result = measure(load_pair("pocket", amateur="early-exit"), settings, work=work, command=command.strip(),
+                     progress=not args.no_progress)
     write_json(result, args.out)
     print(f"wrote {args.out}")
     if settings.eval_prompts >= 20:
-        print(markdown_table(result))
-        print(contrast_text(result))
+        print("\n".join(text(result) for text in texts))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    experiment_cli(argv, module="ablation", doc=__doc__, default=AblationSettings(), quick=QUICK,
+                   texts=(markdown_table, contrast_text, readme_row),
+                   measure=lambda pair, settings, **kw: run(pair.expert, pair.tokenizer, settings,
+                                                           encode=pair.encode_chat, **kw))
 
 
 if __name__ == "__main__":

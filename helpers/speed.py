@@ -514,12 +514,14 @@ def reference_lines(by_path: dict[str, dict], eager: str = "fp32 eager") -> list
     """For every path whose runs also timed :data:`REFERENCE`: greedy speedups over the fp32 eager expert's naive
     decoding in the same timing rounds, and that reference's ms per token beside the ``eager`` file's own."""
     eager_ms = 1e3 * float(np.median(list(per_request(by_path[eager], config_name("naive", 0, 0.0)).values())))
+    each_run = ", ".join(f"{ms:.1f}" for ms in naive_ms_per_run(by_path[eager]))
     lines = []
     for label, result in by_path.items():
         if measured_reference([run["records"] for run in result["runs"]]):
             reference_ms = 1e3 * float(np.median(list(per_request(result, REFERENCE).values())))
             lines.append(f"{label}, {reference_text(summary(result))}; fp32 eager naive decoding in those timing "
-                         f"rounds: {reference_ms:.1f} ms/token (in its own run above: {eager_ms:.1f})")
+                         f"rounds: {reference_ms:.1f} ms/token (the {eager} file above: {eager_ms:.1f}, its runs "
+                         f"pooled; each run: {each_run})")
     return lines
 
 
