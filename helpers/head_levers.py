@@ -3,7 +3,7 @@
 
 The committed head (:mod:`helpers.train_head`) learned from the expert's continuations of raw prompts ("The history
 of the printing press begins"), while a user, and the held-out evaluation, sends chat requests, which the expert
-answers after its chat template in another register (greetings, lists, code). Three levers, each measured as a
+answers after its chat template in another register (greetings, lists, code). Four levers, each measured as a
 paired difference over the same held-out requests:
 
 - **format**: two heads trained by one recipe (the ablation's, :class:`helpers.ablation.AblationSettings`: the first
@@ -14,7 +14,9 @@ paired difference over the same held-out requests:
 - **epochs**: the raw-prompt head of this recipe trained again, from the same initial weights, for ``long_epochs``
   (by default the committed head's);
 - **data**: that head against the committed head, trained on more prompts for the same epochs (so also on more
-  training steps; its card holds the numbers).
+  training steps; its card holds the numbers);
+- **training-time test**: the raw-prompt head of this recipe trained again with EAGLE-3's training-time test over
+  ``ttt_steps`` draft steps (:func:`helpers.train_head.head_loss`), the same data and epochs.
 
 Measured like the ablation (:func:`helpers.ablation.acceptance`): α at T = 1 and the greedy agreement prompt by
 prompt, with 95 % intervals over prompts, α by depth, tokens per expert call, and how much of the expert's held-out
@@ -23,6 +25,7 @@ greedy text each head's V_draft covers. The heads have one shape and one V_draft
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -36,11 +39,13 @@ from helpers.data import DISTILL_PROMPTS, EVAL_PROMPTS, HEAD_FOLDER, read_json, 
 from helpers.heads import DraftHead, load_head
 from helpers.machine import machine_info
 
-HEADS = ("raw prompts", "raw prompts, more epochs", "chat requests", "committed")
+TTT = "raw prompts, training-time test"
+HEADS = ("raw prompts", "raw prompts, more epochs", TTT, "chat requests", "committed")
 RAW, CHAT = "continuations of raw prompts", "answers to chat requests"
-TEACHER_TEXT = {"raw prompts": RAW, "raw prompts, more epochs": RAW, "chat requests": CHAT, "committed": RAW}
+TEACHER_TEXT = {"raw prompts": RAW, "raw prompts, more epochs": RAW, TTT: RAW, "chat requests": CHAT,
+                "committed": RAW}
 CONTRASTS = {"format": ("chat requests", "raw prompts"), "epochs": ("raw prompts, more epochs", "raw prompts"),
-             "data": ("committed", "raw prompts, more epochs")}
+             "data": ("committed", "raw prompts, more epochs"), "training-time test": (TTT, "raw prompts")}
 """What each pair of heads isolates: (with, without)."""
 
 
@@ -57,14 +62,17 @@ class LeverSettings:
     seed: int = 0
     long_epochs: float = 8.0
     """The epochs lever's second raw-prompt head: the committed head's epochs, so that the data lever holds them."""
+    ttt_steps: int = 2
+    """The draft steps the training-time test lever's head is trained over (the others: 1, EAGLE-1)."""
 
     def recipe(self, epochs: float | None = None) -> ablation.AblationSettings:
         """The ablation's settings with these values (its teacher data and the head's training settings)."""
-        values = {k: v for k, v in asdict(self).items() if k != "long_epochs"}
+        values = {k: v for k, v in asdict(self).items() if k not in ("long_epochs", "ttt_steps")}
         return ablation.AblationSettings(**{**values, "epochs": self.epochs if epochs is None else epochs})
 
 
-QUICK = LeverSettings(n_prompts=64, epochs=1.0, draft_vocab=2048, eval_prompts=2, eval_tokens=12, long_epochs=2.0)
+QUICK = LeverSettings(n_prompts=64, epochs=1.0, draft_vocab=2048, eval_prompts=2, eval_tokens=12, long_epochs=2.0,
+                      ttt_steps=2)
 """``--quick``: every stage in a few minutes (no interval: too few prompts)."""
 
 
@@ -78,21 +86,23 @@ def chat_texts(tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str]) -> li
 
 
 def train_heads(expert: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
-                settings: LeverSettings, work: Path, epochs: Sequence[float], *,
+                settings: LeverSettings, work: Path, variants: Sequence[tuple[float, int]], *,
                 progress: bool = True) -> list[tuple[DraftHead, dict]]:
-    """Teacher data (:func:`helpers.ablation.teacher_data`) and V_draft, then one head per entry of ``epochs``
-    (:func:`helpers.train_head.train`, each from the same initial weights, in ``work/head-<epochs>-epochs``), all
-    resumable; returns each head and its training record (the data stage's seconds are this call's: a resumed stage
-    only loads; the training seconds are the checkpoint's)."""
+    """Teacher data (:func:`helpers.ablation.teacher_data`) and V_draft, then one head per (epochs, draft steps
+    trained) in ``variants`` (:func:`helpers.train_head.train`, each from the same initial weights, in
+    ``work/head-<epochs>-epochs`` or ``work/head-<epochs>-epochs-<steps>-steps``), all resumable; returns each head
+    and its training record (the data stage's seconds are this call's: a resumed stage only loads; the training
+    seconds are the checkpoint's)."""
     start = time.perf_counter()
     data = ablation.teacher_data(expert, tokenizer, settings.recipe(), work, texts, progress=progress)
     seconds_data = time.perf_counter() - start
     out = []
-    for e in epochs:
+    for e, steps in variants:
         head = DraftHead.for_expert(expert, data.vocab, seed=settings.seed)
-        log = train_head.train(head, data.train_sequences, data.valid_sequences, work / f"head-{e:g}-epochs",
-                               settings.recipe(e).head(), progress=progress)
-        out.append((head.eval(), {"n_prompts": settings.n_prompts, "epochs": e,
+        folder = work / (f"head-{e:g}-epochs" + (f"-{steps}-steps" if steps > 1 else ""))
+        log = train_head.train(head, data.train_sequences, data.valid_sequences, folder,
+                               dataclasses.replace(settings.recipe(e).head(), steps=steps), progress=progress)
+        out.append((head.eval(), {"n_prompts": settings.n_prompts, "epochs": e, "steps": steps,
                                   "train_positions": sum(len(s.tokens) - 1 for s in data.train_sequences),
                                   "answer_tokens": distill.count_tokens(data.train_examples),
                                   "coverage_valid": train_head.coverage(data.valid_sequences, data.vocab),
@@ -105,6 +115,7 @@ def committed_training(folder: Path = HEAD_FOLDER) -> dict:
     sequences, prompt tokens included, as :func:`train_heads` does)."""
     card = read_json(folder / "card.json")
     return {"n_prompts": card["settings"]["n_prompts"], "epochs": card["settings"]["epochs"],
+            "steps": card["settings"]["steps"],
             "train_positions": card["train_tokens"], "answer_tokens": None, "coverage_valid": card["coverage_valid"]}
 
 
@@ -117,12 +128,13 @@ def run(expert: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: L
     ablation.claim_work(work, {k: v for k, v in asdict(settings).items()
                                if k in ("n_prompts", "epochs", "draft_vocab", "seed")})
     prompts = read_prompts(prompts_file, settings.n_prompts)
-    (raw, raw_long), ((chat, chat_record),) = (
-        train_heads(expert, tokenizer, prompts, settings, work / "raw", (settings.epochs, settings.long_epochs),
+    (raw, raw_long, raw_ttt), (chat,) = (
+        train_heads(expert, tokenizer, prompts, settings, work / "raw",
+                    ((settings.epochs, 1), (settings.long_epochs, 1), (settings.epochs, settings.ttt_steps)),
                     progress=progress),
-        train_heads(expert, tokenizer, chat_texts(tokenizer, prompts), settings, work / "chat", (settings.epochs,),
-                    progress=progress))
-    trained = {"raw prompts": raw, "raw prompts, more epochs": raw_long, "chat requests": (chat, chat_record),
+        train_heads(expert, tokenizer, chat_texts(tokenizer, prompts), settings, work / "chat",
+                    ((settings.epochs, 1),), progress=progress))
+    trained = {"raw prompts": raw, "raw prompts, more epochs": raw_long, TTT: raw_ttt, "chat requests": chat,
                "committed": (committed, committed_record)}
     heads, training = {n: h for n, (h, _) in trained.items()}, {n: r for n, (_, r) in trained.items()}
     requests = [encode(p) for p in read_prompts(eval_file, settings.eval_prompts)]
@@ -140,7 +152,7 @@ def run(expert: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: L
 
 
 # --------------------------------------------------------------------------------------------- summary
-DATA_KEYS = ("n_prompts", "epochs", "train_positions", "answer_tokens", "coverage_held_out")
+DATA_KEYS = ("n_prompts", "epochs", "steps", "train_positions", "answer_tokens", "coverage_held_out")
 """What a head's row says about its training data."""
 
 
@@ -159,14 +171,14 @@ def markdown_table(result: dict) -> str:
     tokens included: the head learns at each; of them the expert's answer tokens, not in the committed head's card),
     V_draft's held-out coverage, α, agreement, α by depth, tokens per
     expert call."""
-    lines = ["| head | teacher text | prompts × epochs | training positions (of them answers) | "
+    lines = ["| head | teacher text | prompts × epochs (draft steps trained) | training positions (of them answers) | "
              "V_draft covers (held-out) | α (T = 1) | greedy agreement | α by depth 1, 2, 3 (T = 1) | "
              "tokens per expert call |",
              "|---|---|---|---|---|---|---|---|---|"]
     for name, h in summary(result)["heads"].items():
         depth = ", ".join(f"{a:.2f}" for a in h["alpha_by_depth"][:3])
         answers = "–" if h["answer_tokens"] is None else f"{h['answer_tokens']:,}"
-        lines.append(f"| {name} | {TEACHER_TEXT[name]} | {h['n_prompts']:,} × {h['epochs']:g} | "
+        lines.append(f"| {name} | {TEACHER_TEXT[name]} | {h['n_prompts']:,} × {h['epochs']:g} ({h['steps']}) | "
                      f"{h['train_positions']:,} ({answers}) | {h['coverage_held_out']:.1%} | "
                      f"{ablation.interval_cell(h['alpha'])} | {ablation.interval_cell(h['agreement'])} | {depth} | "
                      f"{h['tokens_per_call']:.2f} |")
@@ -185,7 +197,8 @@ def readme_row(result: dict) -> str:
     st, s = result["settings"], summary(result)
     what = (f"**what moves the head's α** (notebook 07; heads of one shape trained by the ablation's recipe on the "
             f"expert's continuations of {st['n_prompts']:,} raw training prompts ({st['epochs']:g} and "
-            f"{st['long_epochs']:g} epochs) or its answers to the same lines as chat requests ({st['epochs']:g} "
+            f"{st['long_epochs']:g} epochs; {st['epochs']:g} epochs with EAGLE-3's training-time test over "
+            f"{st['ttt_steps']} draft steps) or its answers to the same lines as chat requests ({st['epochs']:g} "
             f"epochs), and the committed head; {st['eval_prompts']} held-out chat requests, chat template, EOS on, "
             f"up to {st['eval_tokens']} tokens, γ = {st['gamma']}; one run; [95 % CI over requests])")
     heads = "; ".join(f"{name}: α {ablation.interval_cell(h['alpha'])}, agreement "

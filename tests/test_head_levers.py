@@ -42,6 +42,7 @@ def test_the_recipe_is_the_ablations_and_the_long_run_the_committed_heads_epochs
     assert dataclasses.asdict(recipe) == dataclasses.asdict(default)
     assert settings.recipe(settings.long_epochs).head().epochs == settings.long_epochs
     assert settings.long_epochs == head_levers.committed_training()["epochs"]
+    assert head_levers.committed_training()["steps"] == 1 < settings.ttt_steps, "the committed head is EAGLE-1's"
 
 
 def test_chat_texts_are_what_encode_chat_tokenizes(chat_tokenizer, tokenizer):
@@ -57,19 +58,22 @@ def test_pipeline_end_to_end(teacher, chat_tokenizer, tmp_path, one_thread):
     encode = lambda text: chat_tokenizer(head_levers.chat_texts(chat_tokenizer, [text])[0],  # noqa: E731
                                          return_tensors="pt").input_ids
     committed = DraftHead.for_expert(teacher, torch.arange(6), seed=3).eval()
-    record = {"n_prompts": 96, "epochs": 8.0, "train_positions": 500, "coverage_valid": 0.9}
+    record = {"n_prompts": 96, "epochs": 8.0, "steps": 1, "train_positions": 500, "answer_tokens": None,
+              "coverage_valid": 0.9}
     result = head_levers.run(teacher, chat_tokenizer, TOY, work=tmp_path / "work", encode=encode, committed=committed,
                              committed_record=record, prompts_file=prompt_file, eval_file=eval_file,
                              command="python -m helpers.head_levers --toy", progress=False)
     assert list(result["heads"]) == list(head_levers.HEADS)
     work = tmp_path / "work"
-    assert {p.name for p in (work / "raw").iterdir()} >= {"teacher", "features", "head-2-epochs", "head-3-epochs"}
+    assert {p.name for p in (work / "raw").iterdir()} >= {"teacher", "features", "head-2-epochs", "head-3-epochs",
+                                                          "head-2-epochs-2-steps"}
     assert (work / "chat" / "head-2-epochs").is_dir() and not (work / "chat" / "head-3-epochs").exists()
     for name, h in result["heads"].items():
         assert len(h["runs"]["sampled"]) == len(h["runs"]["greedy"]) == 3
         assert h["readout_rows"] == 6 and 0 < h["coverage_held_out"] <= 1
         assert h["n_prompts"] == (96 if name == "committed" else 24)
-    assert [result["heads"][n]["epochs"] for n in head_levers.HEADS] == [2.0, 3.0, 2.0, 8.0]
+    assert [(result["heads"][n]["epochs"], result["heads"][n]["steps"]) for n in head_levers.HEADS] == [
+        (2.0, 1), (3.0, 1), (2.0, 2), (2.0, 1), (8.0, 1)]
     greedy_texts = {tuple(tuple(r["tokens"]) for r in h["runs"]["greedy"]) for h in result["heads"].values()}
     assert len(greedy_texts) == 1  # every head writes the expert's greedy text
     first_chat = torch.load(next((tmp_path / "work" / "chat" / "teacher").glob("teacher-*.pt")))
@@ -85,7 +89,7 @@ def test_summary_table_and_row_from_records():
     def runs(alphas):
         return [{"alpha": a, "rounds": [[2, 1], [2, 2]], "tokens": [1, 2, 3], "expert_calls": 2} for a in alphas]
 
-    heads = {name: {"n_prompts": 1024, "epochs": 4.0, "train_positions": 1000, "answer_tokens": 900,
+    heads = {name: {"n_prompts": 1024, "epochs": 4.0, "steps": 1, "train_positions": 1000, "answer_tokens": 900,
                     "coverage_held_out": 0.8,
                     "runs": {"sampled": runs([0.2 + 0.1 * i] * 20), "greedy": runs([0.3 + 0.1 * i] * 20)}}
              for i, name in enumerate(head_levers.HEADS)}
@@ -93,19 +97,20 @@ def test_summary_table_and_row_from_records():
     s = head_levers.summary({"heads": heads})
     fmt = s["levers"]["format"]
     assert isinstance(fmt["alpha"], Interval) and fmt["alpha"].n == 20 and fmt["agreement"].n == 19
-    assert fmt["alpha"].mean == pytest.approx(0.2) and s["levers"]["epochs"]["alpha"].mean == pytest.approx(0.1)
-    assert s["levers"]["data"]["alpha"].mean == pytest.approx(0.2)
+    assert fmt["alpha"].mean == pytest.approx(0.3) and s["levers"]["epochs"]["alpha"].mean == pytest.approx(0.1)
+    assert s["levers"]["data"]["alpha"].mean == pytest.approx(0.3)
+    assert s["levers"]["training-time test"]["alpha"].mean == pytest.approx(0.2)
     assert s["heads"]["committed"]["tokens_per_call"] == 1.5
     table = head_levers.markdown_table({"heads": heads})
     assert table.count("\n") == 1 + len(head_levers.HEADS)
-    assert "| chat requests | answers to chat requests | 1,024 × 4 | 1,000 (900) | 80.0% | 0.400 [0.400, 0.400] |" \
+    assert "| chat requests | answers to chat requests | 1,024 × 4 (1) | 1,000 (900) | 80.0% | 0.500 [0.500, 0.500] |" \
         in table
     text = head_levers.lever_text({"heads": heads})
-    assert text.startswith("format (chat requests − raw prompts): α +0.200 [+0.200, +0.200]")
+    assert text.startswith("format (chat requests − raw prompts): α +0.300 [+0.300, +0.300]")
     row = head_levers.readme_row({"heads": heads, "settings": dataclasses.asdict(head_levers.LeverSettings()),
                                   "machine": {"cpu_kind": "CPU"}, "command": "python -m helpers.head_levers"})
     assert row.startswith("| **what moves the head's α**") and row.endswith("| `python -m helpers.head_levers` |")
-    assert "data (committed − raw prompts, more epochs): α +0.200 [+0.200, +0.200]" in row
+    assert "data (committed − raw prompts, more epochs): α +0.300 [+0.300, +0.300]" in row
 
 
 def test_the_readme_holds_the_committed_runs_rows():
