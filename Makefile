@@ -49,7 +49,7 @@ kernels: models  ## the roofline of the expert's execution paths (eager, prepack
 ablation: models  ## the head's lesson isolated: four drafters trained alike, then measured on held-out requests (README)
 	$(PY) -m helpers.ablation --out $(OUT)/ablation.json
 
-head-levers: models  ## what moves the head's α: chat-format teacher text vs raw continuations, and more data (README)
+head-levers: models  ## what moves the head's α: teacher-text format, epochs, data, the training-time test, fused features (README)
 	$(PY) -m helpers.head_levers --out $(OUT)/head-levers.json
 
 notebooks: export BIG_SMALL_HEADLESS=1

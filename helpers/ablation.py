@@ -181,11 +181,13 @@ class TeacherData:
 
 
 def teacher_data(expert: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: AblationSettings, work: Path,
-                 prompts: Sequence[str], *, progress: bool = True) -> TeacherData:
-    """Teacher shards and features in ``work`` (resumable), split 95/5 with one seeded shuffle, and V_draft from the
-    training part."""
+                 prompts: Sequence[str], *, feature_layers: Sequence[int] = (-1,),
+                 progress: bool = True) -> TeacherData:
+    """Teacher shards and features in ``work`` (resumable; the features of a fused head's ``feature_layers`` in
+    ``work/features-fused``), split 95/5 with one seeded shuffle, and V_draft from the training part."""
     shards = distill.generate(expert, tokenizer, prompts, work / "teacher", settings.draft(), progress=progress)
-    sequences = train_head.load_sequences(shards, train_head.features(expert, shards, work / "features",
+    folder = work / ("features" if tuple(feature_layers) == (-1,) else "features-fused")
+    sequences = train_head.load_sequences(shards, train_head.features(expert, shards, folder, layers=feature_layers,
                                                                       progress=progress))
     examples = distill.load_examples(shards)
     order = list(range(len(examples)))

@@ -3,8 +3,8 @@
 
 The committed head (:mod:`helpers.train_head`) learned from the expert's continuations of raw prompts ("The history
 of the printing press begins"), while a user, and the held-out evaluation, sends chat requests, which the expert
-answers after its chat template in another register (greetings, lists, code). Four levers, each measured as a
-paired difference over the same held-out requests:
+answers after its chat template in another register (greetings, lists, code). Five levers, each measured as a
+paired difference over the same held-out requests (seven differences: the fused features' three):
 
 - **format**: two heads trained by one recipe (the ablation's, :class:`helpers.ablation.AblationSettings`: the first
   ``n_prompts`` lines of ``data/distill_prompts.txt``, the same epochs, split and seed, a V_draft of the same size
@@ -16,7 +16,12 @@ paired difference over the same held-out requests:
 - **data**: that head against the committed head, trained on more prompts for the same epochs (so also on more
   training steps; its card holds the numbers);
 - **training-time test**: the raw-prompt head of this recipe trained again with EAGLE-3's training-time test over
-  ``ttt_steps`` draft steps (:func:`helpers.train_head.head_loss`), the same data and epochs.
+  ``ttt_steps`` draft steps (:func:`helpers.train_head.head_loss`), the same data and epochs;
+- **fused features**, without and with the training-time test: the raw-prompt heads of this recipe (one draft step;
+  ``ttt_steps``) with EAGLE-3's fused input (:class:`helpers.heads.DraftHead`: the expert's low and middle layers
+  beside f, :func:`helpers.heads.fused_layers`), from the same initial weights plus W_g, against the heads that
+  read f alone, trained the same way; and the fused head with the test against the head with neither (EAGLE-3's
+  two input-side changes together against EAGLE-1's head).
 
 Measured like the ablation (:func:`helpers.ablation.acceptance`): α at T = 1 and the greedy agreement prompt by
 prompt, with 95 % intervals over prompts, α by depth, tokens per expert call, and how much of the expert's held-out
@@ -36,16 +41,20 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from helpers import ablation, distill, train_head
 from helpers.data import DISTILL_PROMPTS, EVAL_PROMPTS, HEAD_FOLDER, read_json, read_prompts
-from helpers.heads import DraftHead, load_head
+from helpers.heads import DraftHead, fused_layers, load_head
 from helpers.machine import machine_info
 
 TTT = "raw prompts, training-time test"
-HEADS = ("raw prompts", "raw prompts, more epochs", TTT, "chat requests", "committed")
+FUSED, FUSED_TTT = "raw prompts, fused features", "raw prompts, fused features, training-time test"
+HEADS = ("raw prompts", "raw prompts, more epochs", TTT, FUSED, FUSED_TTT, "chat requests", "committed")
 RAW, CHAT = "continuations of raw prompts", "answers to chat requests"
-TEACHER_TEXT = {"raw prompts": RAW, "raw prompts, more epochs": RAW, TTT: RAW, "chat requests": CHAT,
-                "committed": RAW}
+TEACHER_TEXT = {"raw prompts": RAW, "raw prompts, more epochs": RAW, TTT: RAW, FUSED: RAW, FUSED_TTT: RAW,
+                "chat requests": CHAT, "committed": RAW}
 CONTRASTS = {"format": ("chat requests", "raw prompts"), "epochs": ("raw prompts, more epochs", "raw prompts"),
-             "data": ("committed", "raw prompts, more epochs"), "training-time test": (TTT, "raw prompts")}
+             "data": ("committed", "raw prompts, more epochs"), "training-time test": (TTT, "raw prompts"),
+             "fused features (one draft step)": (FUSED, "raw prompts"),
+             "fused features (both with the training-time test)": (FUSED_TTT, TTT),
+             "fused features and the training-time test together": (FUSED_TTT, "raw prompts")}
 """What each pair of heads isolates: (with, without)."""
 
 
@@ -86,26 +95,31 @@ def chat_texts(tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str]) -> li
 
 
 def train_heads(expert: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
-                settings: LeverSettings, work: Path, variants: Sequence[tuple[float, int]], *,
+                settings: LeverSettings, work: Path, variants: Sequence[tuple[float, int, bool]], *,
                 progress: bool = True) -> list[tuple[DraftHead, dict]]:
-    """Teacher data (:func:`helpers.ablation.teacher_data`) and V_draft, then one head per (epochs, draft steps
-    trained) in ``variants`` (:func:`helpers.train_head.train`, each from the same initial weights, in
-    ``work/head-<epochs>-epochs`` or ``work/head-<epochs>-epochs-<steps>-steps``), all resumable; returns each head
-    and its training record (the data stage's seconds are this call's: a resumed stage only loads; the training
-    seconds are the checkpoint's)."""
+    """Teacher data (:func:`helpers.ablation.teacher_data`, with the fused features if a variant needs them) and
+    V_draft, then one head per (epochs, draft steps trained, fused) in ``variants`` (:func:`helpers.train_head.train`,
+    each from the same initial weights, in ``work/head-<epochs>-epochs[-fused][-<steps>-steps]``), all resumable;
+    returns each head and its training record (the data stage's seconds are this call's: a resumed stage only loads;
+    the training seconds are the checkpoint's)."""
     start = time.perf_counter()
-    data = ablation.teacher_data(expert, tokenizer, settings.recipe(), work, texts, progress=progress)
+    data = {fused: ablation.teacher_data(expert, tokenizer, settings.recipe(), work, texts,
+                                         feature_layers=fused_layers(expert) if fused else (-1,), progress=progress)
+            for fused in sorted({fused for _, _, fused in variants})}
     seconds_data = time.perf_counter() - start
     out = []
-    for e, steps in variants:
-        head = DraftHead.for_expert(expert, data.vocab, seed=settings.seed)
-        folder = work / (f"head-{e:g}-epochs" + (f"-{steps}-steps" if steps > 1 else ""))
-        log = train_head.train(head, data.train_sequences, data.valid_sequences, folder,
+    for e, steps, fused in variants:
+        d = data[fused]
+        head = DraftHead.for_expert(expert, d.vocab, seed=settings.seed,
+                                    feature_layers=fused_layers(expert) if fused else (-1,))
+        folder = work / (f"head-{e:g}-epochs" + ("-fused" if fused else "") + (f"-{steps}-steps" if steps > 1 else ""))
+        log = train_head.train(head, d.train_sequences, d.valid_sequences, folder,
                                dataclasses.replace(settings.recipe(e).head(), steps=steps), progress=progress)
         out.append((head.eval(), {"n_prompts": settings.n_prompts, "epochs": e, "steps": steps,
-                                  "train_positions": sum(len(s.tokens) - 1 for s in data.train_sequences),
-                                  "answer_tokens": distill.count_tokens(data.train_examples),
-                                  "coverage_valid": train_head.coverage(data.valid_sequences, data.vocab),
+                                  "feature_layers": list(head.feature_layers),
+                                  "train_positions": sum(len(s.tokens) - 1 for s in d.train_sequences),
+                                  "answer_tokens": distill.count_tokens(d.train_examples),
+                                  "coverage_valid": train_head.coverage(d.valid_sequences, d.vocab),
                                   "seconds": {"data": seconds_data, "train": log[-1]["seconds"] if log else 0.0}}))
     return out
 
@@ -115,7 +129,7 @@ def committed_training(folder: Path = HEAD_FOLDER) -> dict:
     sequences, prompt tokens included, as :func:`train_heads` does)."""
     card = read_json(folder / "card.json")
     return {"n_prompts": card["settings"]["n_prompts"], "epochs": card["settings"]["epochs"],
-            "steps": card["settings"]["steps"],
+            "steps": card["settings"]["steps"], "feature_layers": [-1],
             "train_positions": card["train_tokens"], "answer_tokens": None, "coverage_valid": card["coverage_valid"]}
 
 
@@ -128,14 +142,16 @@ def run(expert: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: L
     ablation.claim_work(work, {k: v for k, v in asdict(settings).items()
                                if k in ("n_prompts", "epochs", "draft_vocab", "seed")})
     prompts = read_prompts(prompts_file, settings.n_prompts)
-    (raw, raw_long, raw_ttt), (chat,) = (
+    (raw, raw_long, raw_ttt, fused, fused_ttt), (chat,) = (
         train_heads(expert, tokenizer, prompts, settings, work / "raw",
-                    ((settings.epochs, 1), (settings.long_epochs, 1), (settings.epochs, settings.ttt_steps)),
+                    ((settings.epochs, 1, False), (settings.long_epochs, 1, False),
+                     (settings.epochs, settings.ttt_steps, False), (settings.epochs, 1, True),
+                     (settings.epochs, settings.ttt_steps, True)),
                     progress=progress),
         train_heads(expert, tokenizer, chat_texts(tokenizer, prompts), settings, work / "chat",
-                    ((settings.epochs, 1),), progress=progress))
-    trained = {"raw prompts": raw, "raw prompts, more epochs": raw_long, TTT: raw_ttt, "chat requests": chat,
-               "committed": (committed, committed_record)}
+                    ((settings.epochs, 1, False),), progress=progress))
+    trained = {"raw prompts": raw, "raw prompts, more epochs": raw_long, TTT: raw_ttt, FUSED: fused,
+               FUSED_TTT: fused_ttt, "chat requests": chat, "committed": (committed, committed_record)}
     heads, training = {n: h for n, (h, _) in trained.items()}, {n: r for n, (_, r) in trained.items()}
     requests = [encode(p) for p in read_prompts(eval_file, settings.eval_prompts)]
     start = time.perf_counter()
@@ -152,7 +168,7 @@ def run(expert: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: L
 
 
 # --------------------------------------------------------------------------------------------- summary
-DATA_KEYS = ("n_prompts", "epochs", "steps", "train_positions", "answer_tokens", "coverage_held_out")
+DATA_KEYS = ("n_prompts", "epochs", "steps", "feature_layers", "train_positions", "answer_tokens", "coverage_held_out")
 """What a head's row says about its training data."""
 
 
@@ -167,22 +183,27 @@ def summary(result: dict) -> dict:
 
 
 def markdown_table(result: dict) -> str:
-    """One row per head: its teacher text, data (training positions: every position of the training sequences, prompt
-    tokens included: the head learns at each; of them the expert's answer tokens, not in the committed head's card),
-    V_draft's held-out coverage, α, agreement, α by depth, tokens per
-    expert call."""
-    lines = ["| head | teacher text | prompts × epochs (draft steps trained) | training positions (of them answers) | "
-             "V_draft covers (held-out) | α (T = 1) | greedy agreement | α by depth 1, 2, 3 (T = 1) | "
+    """One row per head: its teacher text, the expert's layers it reads, data (training positions: every position of
+    the training sequences, prompt tokens included: the head learns at each; of them the expert's answer tokens, not
+    in the committed head's card), V_draft's held-out coverage, α, agreement, α by depth, tokens per expert call."""
+    lines = ["| head | teacher text | reads | prompts × epochs (draft steps trained) | training positions (of them "
+             "answers) | V_draft covers (held-out) | α (T = 1) | greedy agreement | α by depth 1, 2, 3 (T = 1) | "
              "tokens per expert call |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for name, h in summary(result)["heads"].items():
         depth = ", ".join(f"{a:.2f}" for a in h["alpha_by_depth"][:3])
         answers = "–" if h["answer_tokens"] is None else f"{h['answer_tokens']:,}"
-        lines.append(f"| {name} | {TEACHER_TEXT[name]} | {h['n_prompts']:,} × {h['epochs']:g} ({h['steps']}) | "
+        lines.append(f"| {name} | {TEACHER_TEXT[name]} | {reads(h['feature_layers'])} | "
+                     f"{h['n_prompts']:,} × {h['epochs']:g} ({h['steps']}) | "
                      f"{h['train_positions']:,} ({answers}) | {h['coverage_held_out']:.1%} | "
                      f"{ablation.interval_cell(h['alpha'])} | {ablation.interval_cell(h['agreement'])} | {depth} | "
                      f"{h['tokens_per_call']:.2f} |")
     return "\n".join(lines)
+
+
+def reads(layers: Sequence[int]) -> str:
+    """The expert's hidden states a head reads, in words: f, or the fused layers' outputs and f."""
+    return "f" if list(layers) == [-1] else "layers " + ", ".join(map(str, layers[:-1])) + " and f"
 
 
 def lever_text(result: dict) -> str:
@@ -198,7 +219,8 @@ def readme_row(result: dict) -> str:
     what = (f"**what moves the head's α** (notebook 07; heads of one shape trained by the ablation's recipe on the "
             f"expert's continuations of {st['n_prompts']:,} raw training prompts ({st['epochs']:g} and "
             f"{st['long_epochs']:g} epochs; {st['epochs']:g} epochs with EAGLE-3's training-time test over "
-            f"{st['ttt_steps']} draft steps) or its answers to the same lines as chat requests ({st['epochs']:g} "
+            f"{st['ttt_steps']} draft steps; {st['epochs']:g} epochs reading EAGLE-3's fused features, without and "
+            f"with that test) or its answers to the same lines as chat requests ({st['epochs']:g} "
             f"epochs), and the committed head; {st['eval_prompts']} held-out chat requests, chat template, EOS on, "
             f"up to {st['eval_tokens']} tokens, γ = {st['gamma']}; one run; [95 % CI over requests])")
     heads = "; ".join(f"{name}: α {ablation.interval_cell(h['alpha'])}, agreement "

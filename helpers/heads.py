@@ -12,6 +12,14 @@ e is the expert's (frozen) token embedding, W_head its (frozen) LM head. The hea
 positions, like any decoder layer. Drafting γ tokens: step 1 reads the expert's true feature, steps 2..γ the
 head's own predictions f̂ (their errors accumulate; EAGLE-1 trains with noisy features against that).
 
+**Fused features** (EAGLE-3, Li et al. 2025, section 3): a head may read, instead of f_t alone, the expert's hidden
+states of a low, a middle and its last layer, ``feature_layers`` (indices into transformers' ``hidden_states``:
+0 is the embedding output, i the output of decoder layer i, -1 is f_t), each RMS-normalised per position (the middle
+layers' residual stream reaches an RMS in the hundreds at the first position) and fused by one more linear map,
+g_t = W_g [n(h^low_t); n(h^mid_t); n(f_t)], in place of f_t. EAGLE-3 takes its high feature three layers before the
+end and drops the feature target; this head keeps f as its high feature and its target, so one readout and one loss
+serve both kinds. From the second draft step the head reads its own f̂, not g: the training-time test trains that switch.
+
 **Trimmed draft vocabulary** (EAGLE-3, FR-Spec): the readout uses only the rows of the N tokens the expert writes
 most often, V_draft, because the 49,152-row LM head is about a fifth of the expert's compute. Exactness is
 untouched: the verification uses the expert's full p, and a token outside V_draft has q = 0, so it is never drafted
@@ -26,6 +34,7 @@ the features the head needs for the next round (:class:`~helpers.decoding.core.C
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -43,27 +52,44 @@ from helpers.decoding.core import (
     _pick,
     _vocab_size,
     check_inputs,
+    expert_features,
     probabilities,
 )
 from helpers.decoding.speculation import check_confidence_threshold, confident, draft_and_verify
 from helpers.kernels import dense_weight
 
 
-def head_config(expert: PreTrainedModel) -> LlamaConfig:
-    """The expert's own layer shape, one layer deep (what EAGLE-1 uses: one decoder layer of the target)."""
-    config = LlamaConfig(**{**expert.config.to_dict(), "num_hidden_layers": 1})
+def head_config(expert: PreTrainedModel, feature_layers: Sequence[int] = (-1,)) -> LlamaConfig:
+    """The expert's own layer shape, one layer deep (what EAGLE-1 uses: one decoder layer of the target); a head with
+    fused features also stores which of the expert's layers it reads."""
+    fused = {"feature_layers": list(feature_layers)} if tuple(feature_layers) != (-1,) else {}
+    config = LlamaConfig(**{**expert.config.to_dict(), "num_hidden_layers": 1, **fused})
     config._attn_implementation = "sdpa"
     return config
 
 
+def fused_layers(expert: PreTrainedModel) -> tuple[int, int, int]:
+    """EAGLE-3's low and middle layers (the outputs of the expert's second layer and of its middle one), and f."""
+    n = expert.config.num_hidden_layers
+    if n < 4:
+        raise ValueError(f"fused features read three different layers: the expert has {n}, use one of 4 or more")
+    return 2, n // 2, -1
+
+
 class DraftHead(torch.nn.Module):
     """EAGLE-1's draft head: ``fc`` fuses [e(x_{t+1}); f_t], ``layer`` predicts f̂_{t+1}; the expert's embedding and
-    LM head rows of V_draft (``vocab``) are attached, frozen, by :meth:`attach` and never saved with the head."""
+    LM head rows of V_draft (``vocab``) are attached, frozen, by :meth:`attach` and never saved with the head. With
+    ``config.feature_layers`` (EAGLE-3's fused features) ``fuse`` (W_g) first maps the layers' hidden states to g_t."""
 
     def __init__(self, config: LlamaConfig, vocab: torch.Tensor) -> None:
         super().__init__()
         d = config.hidden_size
         self.config = config
+        self.feature_layers: tuple[int, ...] = tuple(getattr(config, "feature_layers", None) or (-1,))
+        """The expert's hidden states the head reads (:func:`helpers.decoding.core.expert_features`); the last is f."""
+        if self.feature_layers[-1] != -1:
+            raise ValueError(f"feature_layers must end with -1 (f, the head's target), got {self.feature_layers}")
+        self.fuse = torch.nn.Linear(len(self.feature_layers) * d, d, bias=False) if self.fused else None
         self.fc = torch.nn.Linear(2 * d, d, bias=True)
         self.layer = LlamaDecoderLayer(config, layer_idx=0)
         self.layer.input_layernorm = torch.nn.Identity()  # EAGLE: the fused input is not normalised again
@@ -74,11 +100,35 @@ class DraftHead(torch.nn.Module):
         self.readout: torch.Tensor | None = None
 
     @classmethod
-    def for_expert(cls, expert: PreTrainedModel, vocab: torch.Tensor, seed: int = 0) -> DraftHead:
-        """A freshly initialised head for ``expert`` with draft vocabulary ``vocab``, attached to the expert."""
+    def for_expert(cls, expert: PreTrainedModel, vocab: torch.Tensor, seed: int = 0,
+                   feature_layers: Sequence[int] = (-1,)) -> DraftHead:
+        """A freshly initialised head for ``expert`` with draft vocabulary ``vocab``, attached to the expert (a head
+        with fused features draws ``fuse`` after the rest, so the rest starts as an unfused head's)."""
         torch.manual_seed(seed)
-        head = cls(head_config(expert), vocab).to(device=expert.device, dtype=expert.dtype)
-        return head.attach(expert)
+        head = cls(head_config(expert), vocab)
+        if tuple(feature_layers) != (-1,):
+            unfused = head.state_dict()
+            head = cls(head_config(expert, feature_layers), vocab)
+            head.load_state_dict({**head.state_dict(), **unfused})
+        return head.to(device=expert.device, dtype=expert.dtype).attach(expert)
+
+    @property
+    def fused(self) -> bool:
+        """Whether the head reads several of the expert's layers (EAGLE-3) rather than f_t alone (EAGLE-1)."""
+        return len(self.feature_layers) > 1
+
+    def read(self, features: torch.Tensor) -> torch.Tensor:
+        """The head's input feature: f_t, or a predicted f̂ (last axis d), as it is; the expert's hidden states of
+        ``feature_layers`` side by side (last axis k·d, a fused head) as g_t = W_g [n(h_1); ...; n(h_k)], with n the
+        RMS normalisation of each position's vector."""
+        d = self.config.hidden_size
+        if features.shape[-1] == d:
+            return features
+        if self.fuse is None or features.shape[-1] != len(self.feature_layers) * d:
+            raise ValueError(f"features of size {features.shape[-1]}: this head reads {d} (f_t) or "
+                             f"{len(self.feature_layers)} x {d} (its feature_layers {self.feature_layers})")
+        blocks = torch.nn.functional.rms_norm(features.unflatten(-1, (-1, d)), (d,), eps=self.config.rms_norm_eps)
+        return self.fuse(blocks.flatten(-2))
 
     def attach(self, expert: PreTrainedModel) -> DraftHead:
         """Read the expert's token embedding and its LM head rows for V_draft (frozen copies of references)."""
@@ -101,14 +151,15 @@ class DraftHead(torch.nn.Module):
                 start: int = 0, allowed: torch.Tensor | None = None,
                 positions: torch.Tensor | None = None) -> torch.Tensor:
         """Predicted features f̂_{t+1} for inputs (f_t, x_{t+1}) at positions start .. start + T - 1: ``features``
-        (B, T, d), ``next_tokens`` (B, T); causal attention over the cache (positions < start) and these.
-        ``allowed`` (T, cached + T), True where a query may attend to a key, replaces the causal mask (training-time
-        test, :func:`helpers.train_head.head_loss`, where the cache holds earlier passes over the same positions;
-        draft trees, :mod:`helpers.trees`, where it is the tree's attention mask). ``positions`` (T,) replaces
-        start .. start + T - 1 (a tree's siblings share a position)."""
+        (B, T, d), or (B, T, k·d) for a fused head (:meth:`read`), ``next_tokens`` (B, T); causal attention over
+        the cache (positions < start) and these. ``allowed`` (T, cached + T), True where a query may attend to a
+        key, replaces the causal mask (training-time test, :func:`helpers.train_head.head_loss`, where the cache
+        holds earlier passes over the same positions; draft trees, :mod:`helpers.trees`, where it is the tree's
+        attention mask). ``positions`` (T,) replaces start .. start + T - 1 (a tree's siblings share a position)."""
         if self.embedding is None:
             raise RuntimeError("attach the head to its expert first: head.attach(expert)")
-        x = self.fc(torch.cat([torch.nn.functional.embedding(next_tokens, self.embedding), features], dim=-1))
+        x = self.fc(torch.cat([torch.nn.functional.embedding(next_tokens, self.embedding), self.read(features)],
+                              dim=-1))
         length = x.shape[1]
         if positions is None:
             positions = torch.arange(start, start + length, device=x.device)
@@ -215,7 +266,7 @@ def head_speculative(expert: PreTrainedModel, head: DraftHead, input_ids: torch.
     _check_pair_args(gamma=gamma)
     check_confidence_threshold(confidence_threshold)
     check_attached(head, expert)
-    exp = CachedModel(expert, input_ids, keep_features=True)
+    exp = CachedModel(expert, input_ids, keep_features=True, feature_layers=head.feature_layers)
     drafter = HeadDrafter(head, exp, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator,
                           confidence_threshold=confidence_threshold)
     result = draft_and_verify(exp, drafter, max_new_tokens=max_new_tokens, gamma=gamma, temperature=temperature,
@@ -233,7 +284,8 @@ class HeadStep:
             raise ValueError("timing a head step needs a prompt of at least 2 tokens")
         self.head = head
         with torch.no_grad():
-            self.features = expert(input_ids, output_hidden_states=True).hidden_states[-1]
+            self.features = expert_features(expert(input_ids, output_hidden_states=True).hidden_states,
+                                            head.feature_layers)
         self.tokens = input_ids
         self.cache = DynamicCache(config=head.config)
         if input_ids.shape[1] > 2:

@@ -6,12 +6,14 @@ Five resumable stages in a work folder (default ``output/head``), sharing the di
    :func:`helpers.distill.generate`, by default in ``output/distill/teacher``, so the draft's distillation and
    the head read the same text (and a folder one of them made is reused by the other);
 2. **features** -- one expert prefill pass per sequence gives its feature f_t (last hidden state, after the final
-   norm) at every position; stored per shard in fp16 (``features-NNNNN.pt``);
+   norm) at every position (or, for a head with fused features, the hidden states of its ``feature_layers``, f
+   last); stored per shard in fp16 (``features-NNNNN.pt``);
 3. **vocabulary** -- V_draft, the N tokens the expert wrote most often in the training shards (EAGLE-3, FR-Spec);
 4. **train** -- EAGLE-1's loss at every position t: SmoothL1(f̂_{t+1}, f_{t+1}) + ``cls_weight`` x the cross-entropy
    from the expert's next-token distribution to the head's, both over V_draft (the expert's restricted to V_draft
    and renormalised, which is the best a draft limited to V_draft can do for α); the input features get uniform
-   noise of ±``noise`` x their RMS (EAGLE-1: robustness to the head's own errors, which later draft steps read);
+   noise of ±``noise`` x their RMS (EAGLE-1: robustness to the head's own errors, which later draft steps read; a
+   fused head's, of each layer's RMS at each position);
    ``--steps`` > 1 also trains the later draft steps on the head's own predictions (EAGLE-3's training-time test);
 5. **evaluate + save** -- on near-domain prompts (``data/prompts.txt``: never trained on, but many share a
    training topic): α at temperature 1 and greedy agreement from :func:`helpers.heads.head_speculative`'s
@@ -41,6 +43,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from helpers import distill
 from helpers.data import DATA, DISTILL_PROMPTS, HEAD_FOLDER, PROMPTS, read_prompts
+from helpers.decoding.core import expert_features
 from helpers.heads import DraftHead, HeadStep, head_speculative
 from helpers.models import load_pair
 from helpers.timing import ForwardStep, interleaved, median
@@ -89,8 +92,10 @@ QUICK = HeadSettings(n_prompts=96, batch_size=32, max_new_tokens=32, draft_vocab
 
 # ---------------------------------------------------------------------------------------- 2. features
 @torch.no_grad()
-def shard_features(expert: PreTrainedModel, examples: Sequence[distill.Example], batch: int = 16) -> list[torch.Tensor]:
-    """The expert's feature at every position of every sequence, (L, d) in fp16: one prefill pass each, batched
+def shard_features(expert: PreTrainedModel, examples: Sequence[distill.Example], batch: int = 16,
+                   layers: Sequence[int] = (-1,)) -> list[torch.Tensor]:
+    """The expert's feature at every position of every sequence, (L, d) in fp16, or the hidden states of ``layers``
+    side by side, (L, k·d) (:func:`helpers.decoding.core.expert_features`): one prefill pass each, batched
     (right-padded, so a sequence's own positions see only its own tokens)."""
     out: list[torch.Tensor | None] = [None] * len(examples)
     order = sorted(range(len(examples)), key=lambda i: len(examples[i].tokens))
@@ -102,21 +107,25 @@ def shard_features(expert: PreTrainedModel, examples: Sequence[distill.Example],
         for j, i in enumerate(rows):
             ids[j, :len(examples[i].tokens)] = examples[i].tokens
             mask[j, :len(examples[i].tokens)] = 1
-        hidden = expert.model(input_ids=ids.to(expert.device), attention_mask=mask.to(expert.device)).last_hidden_state
+        run = expert.model(input_ids=ids.to(expert.device), attention_mask=mask.to(expert.device),
+                           output_hidden_states=tuple(layers) != (-1,))
+        hidden = run.last_hidden_state if tuple(layers) == (-1,) else expert_features(run.hidden_states, layers)
         for j, i in enumerate(rows):
             out[i] = hidden[j, :len(examples[i].tokens)].half().cpu()
     return out
 
 
-def features(expert: PreTrainedModel, shards: Sequence[Path], work: Path, *, progress: bool = True) -> list[Path]:
-    """Stage 2: ``features-NNNNN.pt`` beside each teacher shard's number, in ``work``; finished files are kept."""
+def features(expert: PreTrainedModel, shards: Sequence[Path], work: Path, *, layers: Sequence[int] = (-1,),
+             progress: bool = True) -> list[Path]:
+    """Stage 2: ``features-NNNNN.pt`` beside each teacher shard's number, in ``work``; finished files are kept (a
+    folder holds the features of one ``layers``)."""
     work.mkdir(parents=True, exist_ok=True)
     paths = [work / shard.name.replace("teacher", "features") for shard in shards]
     for shard, path in tqdm(list(zip(shards, paths, strict=True)), desc="expert features", unit="shard",
                             disable=not progress):
         if not path.exists():
             tmp = path.with_suffix(".tmp")
-            torch.save(shard_features(expert, distill.load_examples([shard])), tmp)
+            torch.save(shard_features(expert, distill.load_examples([shard]), layers=layers), tmp)
             tmp.rename(path)
     return paths
 
@@ -127,6 +136,7 @@ class HeadExample:
 
     tokens: torch.Tensor
     features: torch.Tensor
+    """(L, d): f_t at every position; (L, k·d) for a fused head, f_t the last d columns."""
     first: int
     """The last prompt position: tokens after it are the expert's."""
 
@@ -180,8 +190,9 @@ def head_loss(head: DraftHead, batch: Sequence[HeadExample], cls_weight: float, 
     The parts report ``top1`` of step 1 and ``top1_last`` of the last step."""
     device = head.fc.weight.device
     dtype = head.fc.weight.dtype
+    d = head.config.hidden_size
     length = max(len(s.tokens) for s in batch) - 1
-    feats = torch.zeros(len(batch), length + 1, head.config.hidden_size, dtype=dtype)
+    feats = torch.zeros(len(batch), length + 1, batch[0].features.shape[-1], dtype=dtype)
     tokens = torch.zeros(len(batch), length + 1, dtype=torch.long)
     valid = torch.zeros(len(batch), length, dtype=torch.bool)
     for i, s in enumerate(batch):
@@ -190,8 +201,10 @@ def head_loss(head: DraftHead, batch: Sequence[HeadExample], cls_weight: float, 
         valid[i, :len(s.tokens) - 1] = True
     feats, tokens, valid = feats.to(device), tokens.to(device), valid.to(device)
     inputs = feats[:, :-1]
-    if noise > 0:
-        rms = inputs.pow(2).mean().sqrt()
+    if noise > 0:  # a fused head reads each layer RMS-normalised per position (the middle layers' first position
+        # has an RMS in the hundreds, the rest under 10), so its noise is relative to each position's own RMS
+        rms = (inputs.pow(2).mean().sqrt() if not head.fused else
+               inputs.unflatten(-1, (-1, d)).pow(2).mean(-1, keepdim=True).sqrt().expand(-1, -1, -1, d).flatten(-2))
         uniform = torch.rand(inputs.shape, generator=generator, device=device, dtype=dtype) * 2 - 1
         inputs = inputs + uniform * noise * rms
     cache = DynamicCache(config=head.config) if steps > 1 else None
@@ -202,7 +215,7 @@ def head_loss(head: DraftHead, batch: Sequence[HeadExample], cls_weight: float, 
             shifted = torch.cat([torch.zeros_like(predicted[:, :1]), predicted[:, :-1]], dim=1)
             predicted = head(shifted, tokens[:, 1:], cache, allowed=unrolled_mask(length, step, device))
         mine = valid & (torch.arange(length, device=device) >= step - 1)  # a chain that starts at position >= 0
-        target = feats[:, 1:][mine]
+        target = feats[:, 1:, -d:][mine]
         regression = torch.nn.functional.smooth_l1_loss(predicted[mine], target)
         target_p = torch.softmax(head.logits(target).float(), dim=-1)
         log_q = torch.log_softmax(head.logits(predicted[mine]).float(), dim=-1)

@@ -36,7 +36,7 @@ from transformers import DynamicCache, PreTrainedModel
 from helpers.compare import Interval, mean_of
 from helpers.data import ARTICLE_PROMPTS, EVAL_PROMPTS, PROMPTS, read_prompts, write_json
 from helpers.decoding import EosIds, Generation, Stats, naive
-from helpers.decoding.core import _eos_set, check_inputs
+from helpers.decoding.core import _eos_set, check_inputs, expert_features
 from helpers.heads import DraftHead, check_attached, head_speculative
 from helpers.kernels import KERNELS
 from helpers.machine import machine_info
@@ -96,8 +96,9 @@ def draft_tree(head: DraftHead, features: torch.Tensor, tokens: torch.Tensor, ca
                n_nodes: int, top_k: int, depth: int) -> DraftTree:
     """EAGLE-2's dynamic draft tree after a verified prefix (greedy drafting, temperature 0).
 
-    ``features`` (T, d): the expert's features at positions 0..T-1; ``tokens`` (T+1,): the verified tokens, the
-    last one the root; ``cache``: the head's KV cache over the first positions (empty at first). The head reads
+    ``features`` (T, d), or (T, k·d) for a fused head: the expert's features at positions 0..T-1; ``tokens``
+    (T+1,): the verified tokens, the last one the root; ``cache``: the head's KV cache over the first positions
+    (empty at first). The head reads
     the true features it has not read yet (one pass, as :class:`helpers.heads.HeadDrafter` does each round), then
     makes ``depth - 1`` expansion passes: the ``top_k`` nodes of the newest level with the highest path
     probability, each fed with its parent's predicted feature under the tree mask, give ``top_k`` children each.
@@ -288,7 +289,7 @@ def tree_speculative(expert: PreTrainedModel, head: DraftHead, input_ids: torch.
     cache = DynamicCache(config=expert.config)
     out = expert(input_ids, past_key_values=cache, use_cache=True, output_hidden_states=True, **keep)
     stats.expert_calls = 1
-    features = out.hidden_states[-1][0]
+    features = expert_features(out.hidden_states, head.feature_layers)[0]
     new = [int(out.logits[0, -1].argmax())]
     tokens = torch.cat([input_ids[0], input_ids.new_tensor(new)])
     head_cache = DynamicCache(config=head.config)
@@ -316,7 +317,7 @@ def tree_speculative(expert: PreTrainedModel, head: DraftHead, input_ids: torch.
             path.append(node)
         rows = torch.tensor([0, *(i + 1 for i in path)], device=ids.device)
         compact(cache, torch.cat([torch.arange(prefix, device=ids.device), prefix + rows]))
-        features = torch.cat([features, out.hidden_states[-1][0, rows]])
+        features = torch.cat([features, expert_features(out.hidden_states, head.feature_layers)[0, rows]])
         tokens = torch.cat([tokens, tokens.new_tensor(emitted)])
         new += emitted
         stats.proposed += len(tree)
@@ -328,9 +329,9 @@ def tree_speculative(expert: PreTrainedModel, head: DraftHead, input_ids: torch.
 
 # ------------------------------------------------------------------------------------------ measurement
 
-def _features(expert: PreTrainedModel, ids: torch.Tensor) -> torch.Tensor:
+def _features(expert: PreTrainedModel, head: DraftHead, ids: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
-        return expert(ids, output_hidden_states=True).hidden_states[-1][0]
+        return expert_features(expert(ids, output_hidden_states=True).hidden_states, head.feature_layers)[0]
 
 
 def tree_rounds(expert: PreTrainedModel, head: DraftHead, input_ids: torch.Tensor, continuation: Sequence[int],
@@ -342,7 +343,7 @@ def tree_rounds(expert: PreTrainedModel, head: DraftHead, input_ids: torch.Tenso
     passes return."""
     full = torch.cat([input_ids[0], torch.tensor(continuation, device=input_ids.device)])
     if features is None:
-        features = _features(expert, full[None])
+        features = _features(expert, head, full[None])
     cache = DynamicCache(config=head.config)
     known, kept = input_ids.shape[1], [1]
     while sum(kept) < len(continuation):
@@ -363,7 +364,7 @@ class TreeDraftStep:
             raise ValueError("timing a tree draft needs a prompt of at least 2 tokens")
         self.head, self.shape = head, shape
         self.tokens = torch.cat([input_ids[0], input_ids[0, -1:]])  # a root token after the prompt (any will do)
-        self.features = _features(expert, input_ids)
+        self.features = _features(expert, head, input_ids)
         self.cache = DynamicCache(config=head.config)
         with torch.no_grad():
             head(self.features[None, :-1], self.tokens[None, 1:-1], self.cache)
@@ -391,7 +392,7 @@ def measure(expert: PreTrainedModel, head: DraftHead, prompts: Sequence[torch.Te
         steps[f"verify {shape.name}"] = TreeVerifyStep(expert, longest, draft.tree.parents)
     times = interleaved(steps, repeats, warmup=3)
     ratio = {name: median([t / e for t, e in zip(ts, times["expert"], strict=True)]) for name, ts in times.items()}
-    features = [_features(expert, torch.cat([ids[0], torch.tensor(cont, device=ids.device)])[None])
+    features = [_features(expert, head, torch.cat([ids[0], torch.tensor(cont, device=ids.device)])[None])
                 for ids, cont in zip(prompts, continuations, strict=True)]
     rows = []
     for shape in tqdm(shapes, desc="tree rounds", unit="shape", disable=not progress):

@@ -111,10 +111,10 @@ def pocket() -> Pair:
 
 
 def random_head(expert: LlamaForCausalLM, vocab: list[int] | None = None, seed: int = 1,
-                scale: float = 3.0) -> DraftHead:
+                scale: float = 3.0, feature_layers: tuple[int, ...] = (-1,)) -> DraftHead:
     """A draft head with random weights large enough that its drafts differ from position to position."""
     ids = torch.arange(expert.config.vocab_size) if vocab is None else torch.tensor(vocab)
-    head = DraftHead.for_expert(expert, ids, seed=seed)
+    head = DraftHead.for_expert(expert, ids, seed=seed, feature_layers=feature_layers)
     with torch.no_grad():
         for parameter in head.parameters():
             parameter.mul_(scale)

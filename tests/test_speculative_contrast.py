@@ -181,9 +181,10 @@ def test_beta_infinity_is_notebook_02s_contrastive_decoding(tiny_pair, prompt):
     assert speculative_contrastive(expert, amateur, prompt, max_new_tokens=30, gamma=3, **limit).new_token_ids == li
 
 
-def test_greedy_with_a_draft_head_equals_greedy_contrastive_decoding(tiny_pair, prompt):
+@pytest.mark.parametrize("layers", [(-1,), (0, 1, -1)], ids=["f", "fused"])
+def test_greedy_with_a_draft_head_equals_greedy_contrastive_decoding(tiny_pair, prompt, layers):
     expert, amateur = tiny_pair
-    head = random_head(expert, [0, 2, 3, 5, 7, 9, 10, 11], seed=4, scale=1.5)
+    head = random_head(expert, [0, 2, 3, 5, 7, 9, 10, 11], seed=4, scale=1.5, feature_layers=layers)
     reference = contrastive_sample(expert, amateur, prompt, max_new_tokens=20, temperature=0, **KNOBS)
     result = speculative_contrastive(expert, amateur, prompt, max_new_tokens=20, gamma=3, temperature=0, head=head,
                                      **KNOBS)

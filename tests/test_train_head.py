@@ -40,6 +40,30 @@ def test_features_are_the_experts_last_hidden_states(teacher, data):
     torch.testing.assert_close(s.features.float(), direct, atol=2e-2, rtol=1e-2)  # stored in fp16
 
 
+def test_a_fused_heads_features_hold_its_layers_f_last_and_it_learns_over_two_steps(teacher, tokenizer, tmp_path):
+    """The fused features' stage stores the listed layers side by side (f the last block, what the loss targets);
+    the fused head trains with the training-time test and its loss falls."""
+    shards = distill.generate(teacher, tokenizer, word_prompts(16), tmp_path / "teacher", toy_settings().teacher(),
+                              progress=False)
+    layers = (0, 1, -1)
+    fused = train_head.load_sequences(shards, train_head.features(teacher, shards, tmp_path / "fused", layers=layers,
+                                                                  progress=False))
+    d = teacher.config.hidden_size
+    s = max(fused, key=lambda s: len(s.tokens))
+    with torch.no_grad():
+        hidden = teacher(s.tokens[None], output_hidden_states=True).hidden_states
+    assert s.features.shape == (len(s.tokens), 3 * d)
+    for block, layer in enumerate(layers):
+        torch.testing.assert_close(s.features[:, block * d:(block + 1) * d].float(), hidden[layer][0], atol=2e-2,
+                                   rtol=1e-2)
+    settings = toy_settings(steps=2)
+    head = DraftHead.for_expert(teacher, train_head.draft_vocabulary(fused, 8), seed=0, feature_layers=layers)
+    before, _ = train_head.head_loss(head, fused, settings.cls_weight, 0.0, steps=2)
+    train_head.train(head, fused[2:], fused[:2], tmp_path / "train", settings, progress=False)
+    after, parts = train_head.head_loss(head, fused, settings.cls_weight, 0.0, steps=2)
+    assert after < before and 0 <= parts["top1_last"] <= 1
+
+
 def test_the_draft_vocabulary_holds_the_most_written_tokens_and_eos(data):
     vocab = train_head.draft_vocabulary(data, 3, eos_token_id=1)
     assert len(vocab) == 3 and 1 in vocab.tolist() and vocab.tolist() == sorted(vocab.tolist())

@@ -227,6 +227,20 @@ def test_a_chain_decodes_round_by_round_as_head_speculative(expert, head, one_th
         assert [len(r.emitted) for r in run.trace] == [len(it.emitted) for it in chain.trace[1:]]
 
 
+@pytest.mark.parametrize("shape", DECODED[1:3], ids=lambda shape: shape.name)
+def test_a_head_with_fused_features_decodes_trees_exactly(expert, shape, one_thread):
+    """A fused head (the expert's layers 0, 1 and f) in a tree: greedy decoding's text, what the simulation predicts,
+    and as a chain, what head_speculative keeps."""
+    fused = random_head(expert, seed=2, scale=2.0, feature_layers=(0, 1, -1))
+    for prompt in TWO_PROMPTS:
+        run = tree_speculative(expert, fused, prompt, max_new_tokens=20, shape=shape)
+        assert run.new_token_ids == naive(expert, prompt, max_new_tokens=20, temperature=0.0).new_token_ids
+        assert [1] + [len(r.emitted) for r in run.trace] == tree_rounds(expert, fused, prompt, run.new_token_ids, shape)
+        chain = head_speculative(expert, fused, prompt, max_new_tokens=20, gamma=3, temperature=0.0)
+        as_chain = tree_speculative(expert, fused, prompt, max_new_tokens=20, shape=TreeShape(3, 1, 3))
+        assert [len(r.emitted) for r in as_chain.trace] == [len(it.emitted) for it in chain.trace[1:]]
+
+
 def test_compacting_a_tree_pass_leaves_the_cache_of_the_accepted_path(expert, prompt):
     tree = DraftTree(tokens=[3, 5, 7, 2, 9], parents=[-1, -1, 0, 0, 2], depths=[1, 1, 2, 2, 3], scores=[0.0] * 5)
     cache = DynamicCache(config=expert.config)

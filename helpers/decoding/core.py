@@ -234,6 +234,14 @@ def _pick(probs: torch.Tensor, temperature: float, generator: torch.Generator | 
 
 
 # ------------------------------------------------------------------------------ the model with a cache
+def expert_features(hidden_states: Sequence[torch.Tensor], layers: Sequence[int] = (-1,)) -> torch.Tensor:
+    """What a draft head reads from a model output's ``hidden_states`` (transformers: index 0 is the embedding
+    output, i the output of decoder layer i, -1 the last hidden state after the final norm, the same tensor as
+    ``last_hidden_state``): the hidden states of ``layers`` side by side on the last axis. ``(-1,)`` is EAGLE-1's
+    feature f_t; several layers are EAGLE-3's fused features (:class:`helpers.heads.DraftHead`)."""
+    return torch.cat([hidden_states[i] for i in layers], dim=-1) if len(layers) > 1 else hidden_states[layers[0]]
+
+
 class CachedModel:
     """A model plus its KV cache and the token sequence the cache belongs to.
 
@@ -242,11 +250,12 @@ class CachedModel:
     rejected draft), ``follow(tokens)`` catches up with another model's sequence, ``branch``/``select`` try k
     next tokens as a batch and keep one (contrastive search). Without a cache (``use_cache=False``) every call
     recomputes the whole sequence, as the source article does. ``keep_features=True`` also keeps the model's
-    last hidden state at every cached position (:attr:`features`), for a draft head (notebook 07).
+    last hidden state at every cached position (:attr:`features`), for a draft head (notebook 07); with
+    ``feature_layers`` the hidden states a head with fused features reads (:func:`expert_features`).
     """
 
     def __init__(self, model: PreTrainedModel, prompt: torch.Tensor, use_cache: bool = True,
-                 keep_features: bool = False) -> None:
+                 keep_features: bool = False, feature_layers: Sequence[int] = (-1,)) -> None:
         if keep_features and not use_cache:
             raise ValueError("keep_features needs use_cache=True: the features are kept position by position")
         self.model = model
@@ -255,6 +264,7 @@ class CachedModel:
         self.calls = 0
         self._logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.keep_features = keep_features
+        self.feature_layers = tuple(feature_layers)
         self.features: torch.Tensor | None = None
         """With ``keep_features``: (cached, hidden), the last hidden state (after the final norm: the input of the
         LM head) at every position the cache holds, rolled back with it; None before the first forward pass."""
@@ -275,7 +285,7 @@ class CachedModel:
         out = self.model(new, past_key_values=self.cache, use_cache=self.cache is not None, **kwargs)
         self.calls += 1
         if self.keep_features:
-            latest = out.hidden_states[-1][0]  # transformers: hidden_states[-1] is last_hidden_state, after the norm
+            latest = expert_features(out.hidden_states, self.feature_layers)[0]
             self.features = latest if self.features is None else torch.cat([self.features, latest])
         return out
 

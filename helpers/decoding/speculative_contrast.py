@@ -147,7 +147,8 @@ def speculative_contrastive(expert: PreTrainedModel, amateur: PreTrainedModel, i
            generator=generator, rollback=True)
     _check_pair_args(gamma=gamma)
     knobs = {"beta": beta, "alpha": alpha, "amateur_temperature": amateur_temperature}
-    exp = CachedModel(expert, input_ids, keep_features=head is not None)
+    exp = CachedModel(expert, input_ids, keep_features=head is not None,
+                      feature_layers=(-1,) if head is None else head.feature_layers)
     ama = CachedModel(amateur, input_ids)
     contrast: list[torch.Tensor] = []  # the amateur's logits at this round's n + 1 judged positions
 
