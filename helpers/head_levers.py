@@ -25,7 +25,8 @@ paired difference over the same held-out requests (seven differences: the fused 
 
 Measured like the ablation (:func:`helpers.ablation.acceptance`): α at T = 1 and the greedy agreement prompt by
 prompt, with 95 % intervals over prompts, α by depth, tokens per expert call, and how much of the expert's held-out
-greedy text each head's V_draft covers. The heads have one shape and one V_draft size, so one cost c.
+greedy text each head's V_draft covers. The heads have one shape and one V_draft size, so one cost c per draft
+step, but for the fused heads' W_g, which runs once a round, on the features the expert verified (not timed here).
 """
 
 from __future__ import annotations
